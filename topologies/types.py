@@ -1,0 +1,138 @@
+"""Seams between the model layer, the teams and the optimizers.
+
+The model layer (``topologies.models``) implements ``ChatClient``; teams (``topologies.teams``)
+consume it and produce a ``Trajectory``; the optimizer protocol only sees ``TeamSpec``,
+``Trajectory`` and ``Usage``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any, Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class Decoding:
+    """Sampling settings, passed explicitly with every call (never via environment variables)."""
+
+    temperature: float = 0.0
+    top_p: float = 0.95
+    max_tokens: int = 4096
+    seed: int | None = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Token and call counts; add them with ``+``."""
+
+    calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    tool_calls: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            self.calls + other.calls,
+            self.prompt_tokens + other.prompt_tokens,
+            self.completion_tokens + other.completion_tokens,
+            self.tool_calls + other.tool_calls,
+        )
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+class ErrorKind(StrEnum):
+    """Infrastructure failures are retried and never charged; model errors are the team's fault."""
+
+    INFRASTRUCTURE = "infrastructure"
+    MODEL = "model"
+
+
+class ModelCallError(Exception):
+    """A model call that failed for good (after retries). ``kind`` says whose fault it was."""
+
+    def __init__(self, message: str, kind: ErrorKind) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+class ChatClient(Protocol):
+    """What a team needs from the model layer.
+
+    ``complete`` returns a LangChain ``AIMessage`` whose content has everything up to a final
+    ``</think>`` removed, with ``usage_metadata`` filled when the server reports it. Retries on
+    transport errors happen inside; a final failure raises ``ModelCallError``.
+    """
+
+    model_id: str
+
+    async def complete(
+        self,
+        role: str,
+        messages: Sequence[Any],
+        *,
+        decoding: Decoding,
+        tools: Sequence[Any] = (),
+        tool_choice: str | None = None,
+    ) -> Any: ...
+
+
+class CommunicationFormat(StrEnum):
+    FREEFORM = "freeform"
+    SEMI_STRUCTURED = "semi_structured"
+    STRUCTURED_SOFT = "structured_soft"
+
+
+@dataclass(frozen=True, slots=True)
+class TeamSpec:
+    """Everything that defines a team run except the model.
+
+    ``roles`` maps role name -> editable prompt text (what optimizers change). ``protocol`` maps
+    editable protocol parts (e.g. ``handoff``) -> text. The output contract is not in here: the
+    team adds it to the answering role at run time, so no edit can remove it.
+    """
+
+    topology: str
+    roles: Mapping[str, str]
+    communication: CommunicationFormat = CommunicationFormat.FREEFORM
+    team_size: int = 4
+    rounds: int = 2
+    max_turns: int = 26
+    protocol: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One source-tagged message of a trajectory (for traces and reflective optimizers)."""
+
+    source: str  # role name, "user", "tool:<name>", or "system"
+    kind: str  # "system" | "user" | "ai" | "tool"
+    content: str
+    tool_calls: tuple[dict[str, Any], ...] = ()
+    agent: str = ""  # e.g. "coder#2" or "peer1@round0"; empty for single-agent roles
+
+
+@dataclass(frozen=True, slots=True)
+class Trajectory:
+    """The result of one team run on one problem. ``code`` is the submission (or None)."""
+
+    problem_id: str
+    messages: tuple[Message, ...]
+    answer_text: str
+    code: str | None
+    extraction_rule: str
+    usage_by_role: Mapping[str, Usage]
+    error: str | None = None
+    error_kind: ErrorKind | None = None
+    extras: Mapping[str, Any] = field(default_factory=dict)  # winner, per_agent codes, ...
+
+    @property
+    def usage(self) -> Usage:
+        total = Usage()
+        for usage in self.usage_by_role.values():
+            total = total + usage
+        return total
