@@ -49,6 +49,7 @@ class JobConfig:
     team_size: int = 4
     communication: str = "freeform"
     rounds: int = 2
+    max_turns: int = 26  # centralized manager's turn budget (13 at team size 2); conf/topology
     registry_key: str = ""  # e.g. "centralized_r8"; derived from topology/size/format when empty
     reflection: ModelSpec = ModelSpec("reflection", "Qwen/Qwen3.5-122B-A10B-FP8")
     method_params: Mapping[str, Any] = field(default_factory=dict)
@@ -57,6 +58,7 @@ class JobConfig:
     allow_any_cell: bool = False
     data: str = "hf"  # "hf", "builtin", or a path to a JSONL/parquet file
     release: str = "release_latest"
+    splits: Path | None = None  # split-id file; default benchmarks/lcb/lcb_splits.json
     evaluation_cache: Path | None = None  # default: <out>/evaluations
     concurrency: int = 8
     optimize_max_tests: int | None = 3  # optimization rollouts: first k hidden tests

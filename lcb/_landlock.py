@@ -1,0 +1,126 @@
+"""Kernel-enforced limits for sandboxed children via Linux Landlock (child side, stdlib only).
+
+Landlock lets an unprivileged process drop rights for itself and every process it starts, for
+good. We use it for three things the Python-level guard can only ask politely for:
+
+* no file-system writes (create, write, truncate, rename, delete) outside the sandbox folder;
+* no TCP connect/bind (ABI 4+);
+* no signals to processes outside the caller's Landlock domain (ABI 6+), so a test process
+  cannot kill the zygote that watches it, nor the harness.
+
+Everything here is best effort: on kernels without Landlock (or where seccomp hides it) the
+functions return False and the caller relies on the guard, the own session and the rlimits.
+Reading files stays allowed (the guard is not a confidentiality boundary; see lcb/sandbox.py).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import platform
+import struct
+
+# Syscall numbers are the same on x86_64 and aarch64 (they were added after the tables merged).
+_SYS_CREATE_RULESET = 444
+_SYS_ADD_RULE = 445
+_SYS_RESTRICT_SELF = 446
+_CREATE_RULESET_VERSION = 1
+_RULE_PATH_BENEATH = 1
+_PR_SET_NO_NEW_PRIVS = 38
+
+_WRITE_FILE = 1 << 1
+_REMOVE_DIR = 1 << 4
+_REMOVE_FILE = 1 << 5
+_MAKE_ALL = sum(1 << bit for bit in range(6, 13))  # char, dir, reg, sock, fifo, block, sym
+_REFER = 1 << 13  # ABI 2
+_TRUNCATE = 1 << 14  # ABI 3
+_NET_BIND_TCP = 1 << 0  # ABI 4
+_NET_CONNECT_TCP = 1 << 1
+_SCOPE_ABSTRACT_UNIX = 1 << 0  # ABI 6
+_SCOPE_SIGNAL = 1 << 1
+
+_libc = None
+
+
+def _syscall():
+    global _libc
+    if _libc is None:
+        _libc = ctypes.CDLL(None, use_errno=True)
+    return _libc.syscall
+
+
+def abi_version() -> int:
+    """The kernel's Landlock ABI version, 0 when unavailable."""
+    if platform.system() != "Linux" or platform.machine() not in ("x86_64", "aarch64"):
+        return 0
+    try:
+        version = _syscall()(_SYS_CREATE_RULESET, None, ctypes.c_size_t(0), _CREATE_RULESET_VERSION)
+    except (OSError, AttributeError):
+        return 0
+    return max(int(version), 0)
+
+
+def _restrict(attr: bytes, handled_fs: int, writable: list[tuple[str, int]]) -> bool:
+    syscall = _syscall()
+    buf = ctypes.create_string_buffer(attr, len(attr))
+    ruleset = syscall(_SYS_CREATE_RULESET, buf, ctypes.c_size_t(len(attr)), 0)
+    if ruleset < 0:
+        return False
+    try:
+        for path, rights in writable:
+            try:
+                fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+            except OSError:
+                continue
+            try:
+                rule = ctypes.create_string_buffer(struct.pack("=Qi", rights & handled_fs, fd), 12)
+                if syscall(_SYS_ADD_RULE, ruleset, _RULE_PATH_BENEATH, rule, 0) < 0:
+                    return False
+            finally:
+                os.close(fd)
+        if _libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+            return False
+        return syscall(_SYS_RESTRICT_SELF, ruleset, 0) == 0
+    finally:
+        os.close(ruleset)
+
+
+def confine_writes(folder: str, abi: int) -> bool:
+    """Allow file-system writes only beneath ``folder`` (and to /dev/null); deny TCP."""
+    if abi < 1:
+        return False
+    dir_rights = _WRITE_FILE | _REMOVE_DIR | _REMOVE_FILE | _MAKE_ALL
+    if abi >= 2:
+        dir_rights |= _REFER
+    if abi >= 3:
+        dir_rights |= _TRUNCATE
+    file_rights = _WRITE_FILE | (_TRUNCATE if abi >= 3 else 0)
+    handled_net = _NET_BIND_TCP | _NET_CONNECT_TCP if abi >= 4 else 0
+    # The kernel only reads the struct fields its ABI knows; older ABIs reject a larger size.
+    return _restrict_sized(dir_rights, handled_net, 0, abi,
+                           [(folder, dir_rights), ("/dev/null", file_rights)])
+
+
+def scope_signals(abi: int) -> bool:
+    """Forbid signals (and abstract unix sockets) to processes outside a new, nested domain."""
+    if abi < 6:
+        return False
+    return _restrict_sized(0, 0, _SCOPE_SIGNAL | _SCOPE_ABSTRACT_UNIX, abi, [])
+
+
+def _restrict_sized(handled_fs: int, handled_net: int, scoped: int, abi: int,
+                    writable: list[tuple[str, int]]) -> bool:
+    # The kernel rejects a ruleset struct larger than its ABI knows: ABI 1-3 read one u64
+    # (file system), ABI 4-5 two (+ network), ABI 6+ three (+ scopes).
+    if abi < 4:
+        handled_net = 0
+    if abi < 6:
+        scoped = 0
+    if not (handled_fs or handled_net or scoped):
+        return False
+    fields = (handled_fs,) if abi < 4 else (handled_fs, handled_net) if abi < 6 else (
+        handled_fs, handled_net, scoped)
+    try:
+        return _restrict(struct.pack(f"{len(fields)}Q", *fields), handled_fs, writable)
+    except (OSError, AttributeError, ValueError):
+        return False

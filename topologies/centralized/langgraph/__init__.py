@@ -1,0 +1,1 @@
+"""LangGraph implementation of the centralized team (see topologies.teams.centralized)."""

@@ -1,0 +1,1 @@
+"""LangGraph implementation of the decentralized team (see topologies.teams.decentralized)."""

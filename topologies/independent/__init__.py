@@ -1,0 +1,1 @@
+"""The independent team (CLI: python -m topologies.independent.lcb.langgraph_lcb)."""

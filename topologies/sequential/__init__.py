@@ -1,0 +1,1 @@
+"""The sequential team (CLI: python -m topologies.sequential.langgraph.lcb.langgraph_lcb)."""

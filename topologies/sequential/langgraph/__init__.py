@@ -1,0 +1,1 @@
+"""LangGraph implementation of the sequential team (see topologies.teams.sequential)."""

@@ -1,0 +1,13 @@
+"""`python -m topologies.sequential.langgraph.lcb.langgraph_lcb [--batch ...]`: the sequential team on LiveCodeBench.
+
+A thin entry point; everything lives in ``topologies.runner`` (see ``--help``).
+"""
+
+from __future__ import annotations
+
+from topologies.runner import main
+
+TOPOLOGY = "sequential"
+
+if __name__ == "__main__":
+    raise SystemExit(main(TOPOLOGY, prog="python -m topologies.sequential.langgraph.lcb.langgraph_lcb"))

@@ -1,0 +1,1 @@
+"""The single team (CLI: python -m topologies.single.lcb.langgraph_lcb)."""

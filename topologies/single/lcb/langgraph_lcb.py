@@ -1,0 +1,13 @@
+"""`python -m topologies.single.lcb.langgraph_lcb [--batch ...]`: the single team on LiveCodeBench.
+
+A thin entry point; everything lives in ``topologies.runner`` (see ``--help``).
+"""
+
+from __future__ import annotations
+
+from topologies.runner import main
+
+TOPOLOGY = "single"
+
+if __name__ == "__main__":
+    raise SystemExit(main(TOPOLOGY, prog="python -m topologies.single.lcb.langgraph_lcb"))
