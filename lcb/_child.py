@@ -46,20 +46,11 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, _HERE)
 import _landlock  # noqa: E402
 import compare  # noqa: E402
+from _prelude import PRELUDE_MODULES, PRELUDE_SOURCE  # noqa: E402
 
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
-del sys.modules["compare"], sys.modules["_landlock"]  # model code must not find them by name
+del sys.modules["compare"], sys.modules["_landlock"], sys.modules["_prelude"]  # model code must not find them by name
 
-# The official implicit prelude (same modules, same order; later star-imports win, so
-# builtins.pow beats math.pow and typing's names come last).
-PRELUDE_MODULES = ("string", "re", "datetime", "collections", "heapq", "bisect", "copy", "math",
-                   "random", "statistics", "itertools", "functools", "operator", "io", "sys",
-                   "json", "builtins", "typing")
-PRELUDE_SOURCE = (
-    "".join(f"from {name} import *\n" for name in PRELUDE_MODULES)
-    + "".join(f"import {name}\n" for name in PRELUDE_MODULES if name not in ("builtins", "typing"))
-    + "sys.setrecursionlimit(50000)\n"
-)
 for _name in PRELUDE_MODULES:
     __import__(_name)  # warm: the fork server pays the import once, every test inherits it
 PRELUDE_CODE = compile(PRELUDE_SOURCE, "<prelude>", "exec", dont_inherit=True)

@@ -220,16 +220,17 @@ def resolve_reflection_model(
     model: str,
     endpoints: str | Sequence[str] | None = None,
     env: Mapping[str, str] = os.environ,
-    **options: Any,
+    *,
+    timeout_s: float = 600.0,
+    max_retries: int = 3,
+    backoff_s: float = 1.0,
+    extra_body: Mapping[str, Any] | None = None,
 ) -> ModelConfig:
     """Like ``resolve_model`` for the optimizers' reflection model: endpoints from the argument,
     else ``REFLECTION_MODEL_BASE_URL``, else the task endpoints' variables, else local."""
     return _resolve(
         model, endpoints, env, REFLECTION_ENDPOINT_ENV,
-        timeout_s=options.get("timeout_s", 600.0),
-        max_retries=options.get("max_retries", 3),
-        backoff_s=options.get("backoff_s", 1.0),
-        extra_body=options.get("extra_body"),
+        timeout_s=timeout_s, max_retries=max_retries, backoff_s=backoff_s, extra_body=extra_body,
     )
 
 

@@ -32,7 +32,7 @@ from optimizers.budget import Budget
 from optimizers.candidate import Candidate
 from optimizers.evaluator import MODE_OPTIMIZE, BudgetedEvaluator, Rollout
 from optimizers.journal import canonical_json, read_jsonl, short_hash
-from optimizers.protocol.config import GRID_BUDGET, PHASES, JobConfig
+from optimizers.protocol.config import PHASES, JobConfig
 from optimizers.protocol.errors import JobError, PhaseOrderError
 from optimizers.protocol.evaluation import Evaluation, EvaluationCache
 from optimizers.protocol.learning_curve import LearningCurve
@@ -44,7 +44,6 @@ from optimizers.registry import MethodUnavailable, UnknownMethod, get_optimizer_
 
 PROTOCOL_ID = "lcb-grid-protocol/v1"
 SCORER_ID = "lcb.grading/hidden-tests"
-DEFAULT_REFLECTION_ID = JobConfig.__dataclass_fields__["reflection"].default.id  # type: ignore[union-attr]
 LEARNING_CURVE_EVERY = 10
 
 
@@ -112,15 +111,15 @@ def _validate_config(cfg: JobConfig) -> None:
         raise JobError(str(exc)) from None
 
 
-def _in_grid(cfg: JobConfig, runtime: JobRuntime) -> bool | None:
-    if runtime.in_grid is not None:
-        return runtime.in_grid
+def _grid_standing(cfg: JobConfig, runtime: JobRuntime) -> tuple[bool | None, bool, tuple[str, ...]]:
+    """(in grid, conformant, reasons) from the grid definition; the app enforces ``allow_any_cell``."""
     try:
-        from optimizers.protocol import grid
+        from optimizers.protocol import cells
     except ImportError:
-        return None
-    check = getattr(grid, "config_in_grid", None)
-    return bool(check(cfg)) if callable(check) else None
+        return runtime.in_grid, False, ("the grid definition is not available",)
+    standing = cells.conformance(cfg)
+    in_grid = standing.in_grid if runtime.in_grid is None else runtime.in_grid
+    return in_grid, bool(standing.conformant and in_grid), tuple(standing.reasons)
 
 
 class Job:
@@ -137,12 +136,7 @@ class Job:
         from optimizers.protocol.lcb_system import seed_candidate
 
         self.seed_candidate: Candidate = seed_candidate(self.base_spec)
-        self.in_grid = _in_grid(cfg, self.runtime)
-        if self.in_grid is False and not cfg.allow_any_cell and cfg.method != "identity":
-            raise JobError(
-                f"{cfg.method} on {registry_key(cfg)}/{cfg.model.id} is not a cell of the grid; "
-                "pass allow_any_cell=true to run it anyway (non-conformant)"
-            )
+        self.in_grid, self.conformant, self.nonconformant_reasons = _grid_standing(cfg, self.runtime)
 
     # ---------------------------------------------------------------- identity
 
@@ -155,6 +149,7 @@ class Job:
                 team_size=self.cfg.team_size,
                 communication=self.cfg.communication,
                 rounds=self.cfg.rounds,
+                max_turns=self.cfg.max_turns,
             )
         except (ValueError, OSError) as exc:
             raise JobError(f"cannot build the {self.cfg.topology} team: {exc}") from None
@@ -196,6 +191,7 @@ class Job:
             "team_size": self.base_spec.team_size,
             "communication": cfg.communication,
             "rounds": cfg.rounds,
+            "max_turns": self.base_spec.max_turns,
             "model": cfg.model.id,
             "reflection_model": cfg.reflection.id,
             "seed": cfg.seed,
@@ -236,17 +232,6 @@ class Job:
     def cell_id(self) -> str:
         return short_hash(self.cell, 24)
 
-    @property
-    def conformant(self) -> bool:
-        cfg = self.cfg
-        return bool(
-            cfg.budget == GRID_BUDGET
-            and cfg.reflection.id == DEFAULT_REFLECTION_ID
-            and cfg.data == "hf"
-            and cfg.optimize_max_tests == 3
-            and self.in_grid is True
-        )
-
     def job_record(self) -> dict[str, Any]:
         return {
             "job_id": self.job_id,
@@ -258,6 +243,7 @@ class Job:
             "seed_candidate": self.seed_candidate.to_dict(),
             "split_sizes": {k: len(v) for k, v in self.split_ids.as_dict().items()},
             "conformant": self.conformant,
+            "nonconformant_reasons": list(self.nonconformant_reasons),
             "in_grid": self.in_grid,
             "code_version": code_version(),
         }
@@ -480,6 +466,10 @@ class Job:
             "training_ids": list(self.split_ids.train),
             "validation_ids": list(self.split_ids.val),
         }
+        # What the outcome is, without timings: equal for an interrupted and an uninterrupted run.
+        payload["optimization_id"] = short_hash(
+            {k: payload[k] for k in ("job_id", "status", "failure_kind", "stop_reason", "incumbent_candidate",
+                                     "budget", "history", "metadata")}, 24)
         record = self.store.write("optimization", payload)
         tracker.summary({"optimization/charged": snapshot["charged"], "optimization/status": status,
                          "optimization/stop_reason": result.stop_reason})
@@ -550,7 +540,7 @@ class Job:
             "job_id": self.job_id,
             "cell_id": self.cell_id,
             "condition_id": self.condition_id,
-            "optimization_sha256": optimization["sha256"],
+            "optimization_id": optimization["optimization_id"],
             "seed_candidate": seed.to_dict(),
             "incumbent_candidate": incumbent.to_dict(),
             "deployed_candidate": deployed.to_dict(),
@@ -568,6 +558,7 @@ class Job:
             "test_exposed": False,
         }
         payload["selection_id"] = short_hash(payload, 24)
+        payload["optimization_sha256"] = optimization["sha256"]  # verified before test, not hashed
         record = self.store.write("selection", payload)
         _log(cfg, f"selection sealed: {decision.selected_candidate} (fallback={decision.fallback_reason}, "
                   f"seed={decision.baseline_score}, incumbent={decision.incumbent_score})")
@@ -652,6 +643,7 @@ class Job:
                 "usage": optimization["usage"],
                 "elapsed_seconds": optimization["elapsed_seconds"],
                 "incumbent_candidate_id": optimization["incumbent_candidate"]["id"],
+                "optimization_id": optimization["optimization_id"],
             },
             "selection": {
                 "selection_id": selection["selection_id"],

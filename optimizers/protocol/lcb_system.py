@@ -168,10 +168,16 @@ def _default_grade() -> Grader:
     return agrade
 
 
-def base_team_spec(topology: str, *, team_size: int, communication: str, rounds: int) -> TeamSpec:
+def base_team_spec(
+    topology: str, *, team_size: int, communication: str, rounds: int, max_turns: int | None = None
+) -> TeamSpec:
     """The seed team of a condition (seed role prompts from benchmarks/lcb/prompts)."""
     from topologies.prompts import default_team_spec
 
     return default_team_spec(
-        topology, team_size=team_size, communication=CommunicationFormat(communication), rounds=rounds
+        topology,
+        team_size=team_size,
+        communication=CommunicationFormat(communication),
+        rounds=rounds,
+        max_turns=max_turns,
     )

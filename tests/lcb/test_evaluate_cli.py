@@ -195,3 +195,32 @@ def test_public_tests_on_real_rows(tmp_path):
     proc = run_cli(str(pred), "--data", str(real), "--tests", "public")
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["pass@1"] == 1.0
+
+
+def test_eval_ids_public_verdicts_match_official(tmp_path):
+    """Recorded o1-mini answers to the 50 eval ids, graded end to end (extraction, loading,
+    grading) on public tests, give LiveCodeBench's own public-test verdicts."""
+    pytest.importorskip("lcb.grading")
+    shared = REPO.parent / "shared" / "lcb-real"
+    rows = shared / "release_v1_rows.jsonl"
+    answers = shared / "submissions_O1-Mini-2024-09-12_eval_all.v1.jsonl"
+    verdicts = shared / "official_public_verdicts.jsonl"
+    if not (rows.is_file() and answers.is_file() and verdicts.is_file()):
+        pytest.skip("shared LCB files not available")
+    from lcb.data import load_eval_ids
+
+    eval_ids = set(load_eval_ids())
+    records = [json.loads(x) for x in answers.read_text().splitlines()]
+    preds = [{"id": r["question_id"], "output": r["output_list"][0]} for r in records
+             if r["question_id"] in eval_ids]
+    official = {
+        v["question_id"]: bool(v["official_public_pass"])
+        for v in map(json.loads, verdicts.read_text().splitlines()) if "Mini" in v["model"]
+    }
+    out = tmp_path / "records.jsonl"
+    proc = run_cli(str(write_lines(tmp_path / "p.jsonl", preds)), "--data", str(rows),
+                   "--tests", "public", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    ours = {r["id"]: bool(r["em"]) for r in map(json.loads, out.read_text().splitlines())}
+    assert len(ours) == 50
+    assert {i: v for i, v in ours.items() if v != official[i]} == {}

@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
 from lcb.extract import Extraction, extract_code, official_extract, usable_code
@@ -141,3 +144,23 @@ def test_fence_with_info_after_label():
 
 def test_longer_backtick_fence():
     assert extract_code("````python\nprint(9)\n````").code == "print(9)"
+
+
+def test_agrees_with_official_extraction_on_real_model_answers():
+    """LiveCodeBench's own extraction of 540 recorded o1 answers (shared data) is our result too."""
+    folder = Path(__file__).resolve().parents[2].parent / "shared" / "lcb-real"
+    files = sorted(folder.glob("submissions_*_eval_all.v1.jsonl")) if folder.is_dir() else []
+    if not files:
+        pytest.skip("shared LCB submissions not available")
+
+    def norm(code: str) -> str:
+        return "\n".join(line.rstrip() for line in code.strip().split("\n"))
+
+    checked = 0
+    for path in files:
+        for line in path.read_text(encoding="utf-8").splitlines():
+            record = json.loads(line)
+            for output, official in zip(record["output_list"], record["code_list"]):
+                assert norm(extract_code(output).code or "") == norm(official), record["question_id"]
+                checked += 1
+    assert checked >= 500

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from job_support import register_test_methods, team_script
+# job_support is shared with job_entry.py, which runs in a subprocess: import it by its folder.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from job_support import register_test_methods, team_script  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

@@ -51,6 +51,15 @@ def code_from_statement(solutions: Mapping[str, str]) -> CodeFor:
     return code_for
 
 
+_SAMPLE = re.compile(r"Sample Input 1\s*\n(.*?)\n\s*Sample Output 1", re.DOTALL)
+
+
+def sample_input(request: ChatRequest) -> str:
+    """The statement's first sample input (empty when there is none, e.g. LeetCode style)."""
+    found = _SAMPLE.search(request.all_text)
+    return found.group(1).strip() + "\n" if found else ""
+
+
 def request_format(system: str) -> str:
     if "Report format (semi-structured)" in system:
         return "semi_structured"
@@ -112,7 +121,7 @@ def team_player(
                           for t in delegates)
             return Reply(content="Delegating.", tool_calls=calls)
         if use_tools and "python_exec" in request.tool_names and not after_tool and code is not None:
-            return Reply(content="Running it.", tool_calls=(ToolCall("python_exec", {"code": code, "stdin": ""}),))
+            return Reply(content="Running it.", tool_calls=(ToolCall("python_exec", {"code": code, "stdin": sample_input(request)}),))
         text = report(fmt, f"{speaker(request)} done")
         if code is not None and wants_program(request.system):
             text += f"\n\n```python\n{code.strip()}\n```"

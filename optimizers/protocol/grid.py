@@ -1,0 +1,199 @@
+"""``python -m optimizers.protocol.grid``: list the LCB grid, show what a runs folder holds, print
+the sweep commands that run it.
+
+    python -m optimizers.protocol.grid --list            # one cell per line, then the counts
+    python -m optimizers.protocol.grid --status runs/    # done / failed / running / missing per job
+    python -m optimizers.protocol.grid --commands        # the six Hydra sweeps that make the grid
+
+The grid is defined in ``optimizers.protocol.cells``; the sweeps are ``conf/experiment/lcb_grid*.yaml``
+(Hydra's basic sweeper takes cartesian products and the grid is a union of tables, so there is one
+sweep per table; together they are exactly the grid, which a test checks). Run them all with::
+
+    for e in lcb_grid lcb_grid_single lcb_grid_communication lcb_grid_team_size lcb_grid_llama \\
+             lcb_grid_llama_single; do
+        python -m optimizers.protocol.run experiment=$e hydra/launcher=joblib hydra.launcher.n_jobs=4 \\
+            task_endpoints=[http://host:8000/v1] reflection.endpoints=[http://host:8200/v1]
+    done
+
+Jobs already finished return their saved result at once, so a re-launch runs only what is missing.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import sys
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from optimizers.protocol import cells
+from optimizers.protocol.aggregate import RESULT_SCHEMA, OneLineParser
+from optimizers.protocol.config import JobConfig
+
+EXPERIMENTS_DIR = cells.CONF_DIR / "experiment"
+GRID_EXPERIMENT_PREFIX = "lcb_grid"
+STATUSES = ("done", "failed", "running", "missing")
+
+
+def config_in_grid(cfg: JobConfig) -> bool:
+    """Whether a job is a grid job (for ``identity``: whether some grid cell uses its condition)."""
+    return cells.grid_membership(cfg)[0]
+
+
+# --------------------------------------------------------------------------- --list
+
+
+def list_lines() -> Iterator[str]:
+    yield "\t".join(("method", "registry_key", "model", "seeds", "tables"))
+    for cell in cells.grid():
+        yield "\t".join((cell.method, cell.registry_key, cell.model, ",".join(map(str, cells.GRID_SEEDS)),
+                         ",".join(cell.tables)))
+    counts = cells.grid_counts()
+    yield ""
+    yield f"configurations\t{counts['configurations']}"
+    yield f"jobs\t{counts['jobs']}"
+    yield f"runtime_conditions\t{counts['conditions']}"
+    for name in ("per_model", "per_method", "per_table"):
+        yield f"{name}\t" + " ".join(f"{k}={v}" for k, v in counts[name].items())
+
+
+# --------------------------------------------------------------------------- --status
+
+
+@dataclass(frozen=True, slots=True)
+class JobStatus:
+    status: str  # done | failed | running | missing
+    cell: cells.GridCell
+    seed: int
+    path: Path
+    detail: str = ""
+
+
+def job_status(path: Path) -> tuple[str, str]:
+    """(status, detail) of one job folder."""
+    from optimizers.journal import SealError, read_sealed
+
+    if not path.is_dir():
+        return "missing", ""
+    result = path / "result.json"
+    if result.is_file():
+        try:
+            data = read_sealed(result)
+        except (SealError, OSError) as exc:
+            return "failed", f"result.json unreadable: {exc}"
+        if data.get("schema") != RESULT_SCHEMA:
+            return "failed", f"result.json has schema {data.get('schema')!r}"
+        if data.get("status") != "completed":
+            return "failed", f"result status {data.get('status')}"
+        return "done", ""
+    if _locked(path / ".lock"):
+        return "running", "job folder locked by a running job"
+    return "failed", "no result.json (interrupted or failed; re-run to resume)"
+
+
+def _locked(lock: Path) -> bool:
+    """True while a job process holds the folder's lock (the engine's flock)."""
+    if not lock.is_file():
+        return False
+    fd = os.open(lock, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+def grid_status(runs_root: Path) -> list[JobStatus]:
+    out = []
+    for cell, seed in cells.grid_jobs():
+        path = cell.job_dir(runs_root, seed)
+        status, detail = job_status(path)
+        out.append(JobStatus(status, cell, seed, path, detail))
+    return out
+
+
+def status_lines(statuses: Sequence[JobStatus]) -> Iterator[str]:
+    yield "\t".join(("status", "method", "registry_key", "model", "seed", "path", "detail"))
+    for s in statuses:
+        yield "\t".join((s.status, s.cell.method, s.cell.registry_key, s.cell.model, str(s.seed), str(s.path),
+                         s.detail))
+    counts = Counter(s.status for s in statuses)
+    yield ""
+    yield "\t".join(f"{name}={counts.get(name, 0)}" for name in STATUSES) + f"\ttotal={len(statuses)}"
+
+
+# --------------------------------------------------------------------------- --commands
+
+
+def experiment_files() -> list[Path]:
+    return sorted(EXPERIMENTS_DIR.glob(f"{GRID_EXPERIMENT_PREFIX}*.yaml"))
+
+
+def sweep_params(path: Path) -> dict[str, list[str]]:
+    """An experiment file's ``hydra.sweeper.params``, each value split into its choices."""
+    import yaml
+
+    data: Any = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    params = (((data.get("hydra") or {}).get("sweeper") or {}).get("params")) or {}
+    return {str(k): [v.strip() for v in str(value).split(",")] for k, value in params.items()}
+
+
+def sweep_jobs(path: Path) -> Iterator[tuple[str, cells.Condition, int]]:
+    """The (method, condition, seed) jobs one experiment file's cartesian sweep launches."""
+    import itertools
+
+    params = sweep_params(path)
+    keys = list(params)
+    for values in itertools.product(*(params[k] for k in keys)):
+        choice = dict(zip(keys, values))
+        topology = choice["topology"]
+        size = int(choice.get("topology.team_size", cells.default_team_size(topology)))
+        condition = cells.Condition(topology, size, choice.get("communication", cells.DEFAULT_COMMUNICATION),
+                                    choice.get("model", "qwen"))
+        yield choice["method"], condition, int(choice["seed"])
+
+
+def command_lines() -> Iterator[str]:
+    for path in experiment_files():
+        count = sum(1 for _ in sweep_jobs(path))
+        yield (f"python -m optimizers.protocol.run experiment={path.stem}  "
+               f"# {count} jobs; add hydra/launcher=joblib hydra.launcher.n_jobs=N to run them in parallel")
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def build_parser() -> OneLineParser:
+    parser = OneLineParser(prog="python -m optimizers.protocol.grid",
+                           description="The LCB experiment grid: cells, job status, sweep commands.")
+    mode = parser.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--list", action="store_true", help="print every grid cell and the counts")
+    mode.add_argument("--status", type=Path, metavar="RUNS_ROOT",
+                      help="print done / failed / running / missing for every grid job under RUNS_ROOT")
+    mode.add_argument("--commands", action="store_true", help="print the Hydra sweeps that run the grid")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.list:
+        lines: Iterator[str] = list_lines()
+    elif args.commands:
+        lines = command_lines()
+    else:
+        if not args.status.is_dir():
+            sys.stderr.write(f"error: {args.status} is not a folder\n")
+            return 2
+        lines = status_lines(grid_status(args.status))
+    for line in lines:
+        sys.stdout.write(line + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
