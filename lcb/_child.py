@@ -138,8 +138,13 @@ def reliability_guard(folder: str) -> None:
 # ---------------------------------------------------------------- test process side
 
 
-def _enter_test_process(job: dict, status_w: int, stdin: str, stdout: str, stderr: str) -> None:
-    """Runs first in every forked test process: own group, stdio, limits, signal scope."""
+def _enter_test_process(job: dict, status_w: int, stdin: str, stdout: str, stderr: str,
+                        tests_here: int = 1) -> None:
+    """Runs first in every forked test process: own group, stdio, limits, signal scope.
+
+    ``tests_here``: how many tests this process may run (functional runs share one process);
+    the CPU rlimit is a backstop for all of them, the zygote times each test on the wall clock.
+    """
     os.setpgid(0, 0)
     _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     if os.getppid() != job["zygote_pid"]:  # the zygote died between fork and prctl
@@ -158,7 +163,7 @@ def _enter_test_process(job: dict, status_w: int, stdin: str, stdout: str, stder
                 os.close(fd)
             except OSError:
                 pass
-    cpu = math.ceil(job["timeout_s"]) + 1
+    cpu = (math.ceil(job["timeout_s"]) + 1) * tests_here
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
     resource.setrlimit(resource.RLIMIT_FSIZE, (job["output_limit_bytes"],) * 2)
     if os.geteuid() != 0:  # RLIMIT_NPROC counts per user and is not enforced for root
@@ -246,7 +251,7 @@ def _script_process(job: dict, code, status_w: int, stdin: str, stdout: str, std
 def _functional_process(job: dict, code, args: list, expected: list, start: int, status_w: int) -> None:
     """Run tests ``start..`` in order on one target, as the official call-based grader does."""
     try:
-        _enter_test_process(job, status_w, os.devnull, os.devnull, os.devnull)
+        _enter_test_process(job, status_w, os.devnull, os.devnull, os.devnull, len(args) - start)
         if job["guard"]:
             reliability_guard(job["folder"])
         module = types.ModuleType("solution")

@@ -34,8 +34,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -125,7 +124,6 @@ class SandboxRun:
     error: str = ""
     landlock: bool = False
     duration_s: float = 0.0
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def of_kind(self, kind: str) -> list[dict[str, Any]]:
         return [e for e in self.events if e.get("event") == kind]
@@ -253,6 +251,8 @@ def _collect(fd: int, deadline: float) -> tuple[list[dict[str, Any]], bool]:
     events: list[dict[str, Any]] = []
     pending, received, backstop_hit = b"", 0, False
     zygote, pidfd = None, None
+    poller = select.poll()  # not select(): our fds may be above 1024 in a busy harness
+    poller.register(fd, select.POLLIN)
     try:
         while True:
             remaining = deadline - time.monotonic()
@@ -264,8 +264,7 @@ def _collect(fd: int, deadline: float) -> tuple[list[dict[str, Any]], bool]:
                     _kill_zygote(zygote, pidfd)
                 deadline = time.monotonic() + 2.0
                 continue
-            ready, _, _ = select.select([fd], [], [], remaining)
-            if not ready:
+            if not poller.poll(remaining * 1000):
                 continue
             chunk = os.read(fd, 65536)
             if not chunk:
@@ -350,6 +349,3 @@ def run_in_sandbox(job: SandboxJob, *, use_fork_server: bool = True) -> SandboxR
     return SandboxRun(tuple(events), backstop_hit=backstop_hit, error=error, landlock=confined,
                       duration_s=time.monotonic() - began)
 
-
-def tests_of(pairs: Sequence[tuple[str, str]]) -> tuple[tuple[str, str], ...]:
-    return tuple((str(i), str(o)) for i, o in pairs)

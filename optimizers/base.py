@@ -118,11 +118,10 @@ class OptimizeContext:
     reflection: Any | None = None  # a ChatClient-like model for proposals/reflection, or None
     tracker: Tracker = field(default_factory=NullTracker)
     method_params: Mapping[str, Any] = field(default_factory=dict)
+    rng: random.Random = field(init=False, repr=False)  # seeded by ``seed``; the method's only RNG
 
-    @property
-    def rng(self) -> random.Random:
-        """A fresh RNG seeded by the job seed (call once and keep it: each access restarts it)."""
-        return random.Random(self.seed)
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "rng", random.Random(self.seed))
 
     def state_path(self, name: str) -> Path:
         if not name or "/" in name or name.startswith("."):

@@ -103,12 +103,15 @@ class JsonlJournal:
     def __init__(self, path: Path | str) -> None:
         self.path = Path(path)
         self._lock = threading.Lock()
+        self._tail_checked = False  # our own appends always end with a newline
 
     def append(self, record: Mapping[str, Any]) -> None:
         line = (json.dumps(record, sort_keys=True, ensure_ascii=False, allow_nan=False) + "\n").encode("utf-8")
         with self._lock:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._repair_tail()
+            if not self._tail_checked:
+                self._repair_tail()
+                self._tail_checked = True
             fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
             try:
                 os.write(fd, line)
@@ -129,8 +132,8 @@ class JsonlJournal:
             handle.seek(size - 1)
             if handle.read(1) == b"\n":
                 return
-            data = handle.seek(0) or handle.read()
-            keep = data.rfind(b"\n") + 1
+            handle.seek(0)
+            keep = handle.read().rfind(b"\n") + 1
             handle.truncate(keep)
 
     def read(self) -> list[dict[str, Any]]:

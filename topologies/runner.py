@@ -102,6 +102,15 @@ def check_args(topology: str, args: argparse.Namespace) -> None:
         raise UsageError("--max-tokens must be at least 1")
     if args.resume and output_paths(args).predictions is None:
         raise UsageError("--resume needs --out-dir or --out")
+    if args.task_endpoints is not None:
+        from lcb.errors import LcbError
+        from topologies.models import parse_endpoints
+
+        try:
+            if not parse_endpoints(args.task_endpoints):
+                raise UsageError("--task-endpoints is empty")
+        except LcbError as exc:
+            raise UsageError(str(exc)) from None
     if args.team_size is not None and topology != "single":
         try:
             role_names(topology, args.team_size)

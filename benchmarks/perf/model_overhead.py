@@ -51,14 +51,17 @@ def start_server() -> tuple[subprocess.Popen[str], str, Path]:
     return process, line.split(" ", 1)[1], Path(handle.name)
 
 
-async def time_calls(call, count: int) -> list[float]:
+async def time_pairs(first, second, count: int) -> tuple[list[float], list[float]]:
+    """Alternate the two calls so machine load drifts hit both series alike."""
     for _ in range(20):  # warm up connections and caches
-        await call()
-    samples = []
+        await first()
+        await second()
+    samples: tuple[list[float], list[float]] = ([], [])
     for _ in range(count):
-        started = time.perf_counter()
-        await call()
-        samples.append((time.perf_counter() - started) * 1000)
+        for call, series in ((first, samples[0]), (second, samples[1])):
+            started = time.perf_counter()
+            await call()
+            series.append((time.perf_counter() - started) * 1000)
     return samples
 
 
@@ -73,14 +76,12 @@ async def measure(base_url: str, calls: int, concurrency: int) -> dict[str, floa
         "messages": [{"role": "system", "content": SYSTEM}, {"role": "user", "content": USER}],
         "temperature": 0.2, "top_p": 0.95, "max_completion_tokens": 512, "seed": 1, "stream": False,
     }
-    async with sdk_httpx.AsyncClient(timeout=30) as http:
+    http = sdk_httpx.AsyncClient(timeout=30)
 
-        async def raw() -> None:
-            response = await http.post(base_url + "/chat/completions", json=body)
-            response.raise_for_status()
-            json.loads(response.content)["choices"][0]["message"]["content"]
-
-        raw_ms = await time_calls(raw, calls)
+    async def raw() -> None:
+        response = await http.post(base_url + "/chat/completions", json=body)
+        response.raise_for_status()
+        json.loads(response.content)["choices"][0]["message"]["content"]
 
     client = make_client(ModelConfig(id="scripted", endpoints=(base_url,), timeout_s=30))
     decoding = Decoding(temperature=0.2, top_p=0.95, max_tokens=512, seed=1)
@@ -89,7 +90,8 @@ async def measure(base_url: str, calls: int, concurrency: int) -> dict[str, floa
     async def ours() -> None:
         await client.complete("solver", messages, decoding=decoding)
 
-    client_ms = await time_calls(ours, calls)
+    raw_ms, client_ms = await time_pairs(raw, ours, calls)
+    await http.aclose()
 
     started = time.perf_counter()
     await asyncio.gather(*(ours() for _ in range(concurrency)))

@@ -70,12 +70,9 @@ def registry_key(cfg: JobConfig) -> str:
     """``centralized``, ``centralized_r8``, ``decentralized_communications_structured_soft``."""
     if cfg.registry_key:
         return cfg.registry_key
-    key = cfg.topology
-    if cfg.topology != "single" and cfg.team_size != 4:
-        key += f"_r{cfg.team_size}"
-    if cfg.communication != "freeform":
-        key += f"_communications_{cfg.communication}"
-    return key
+    from optimizers.protocol import cells
+
+    return cells.registry_key(cfg.topology, cfg.team_size, cfg.communication)
 
 
 def code_version() -> str:
@@ -404,9 +401,6 @@ class Job:
         evaluator.add_observer(curve)
         tracker = self._tracker()
         evaluator.add_observer(_tracking_observer(tracker))
-        bar = None if cfg.quiet else _progress(f"optimize {cfg.method}", cfg.budget)
-        if bar is not None:
-            evaluator.add_observer(lambda rollout, b: bar.update(1) if rollout.charged else None)
         optimizer_cls = get_optimizer_class(cfg.method)
         needs_reflection = getattr(optimizer_cls, "needs_reflection", True)
         ctx = OptimizeContext(
@@ -421,6 +415,9 @@ class Job:
         _log(cfg, f"optimizing {cfg.method} on {registry_key(cfg)} model={cfg.model.id} seed={cfg.seed} "
                   f"B={cfg.budget}" + (f" (resuming: {resumed} finished rollouts in the journal)" if resumed else ""))
         self.store.native_dir.mkdir(parents=True, exist_ok=True)
+        bar = None if cfg.quiet else _progress(f"optimize {cfg.method}", cfg.budget)
+        if bar is not None:
+            evaluator.add_observer(lambda rollout, b: bar.update(1) if rollout.charged else None)
         started = time.monotonic()
         status, failure_kind, error = "completed", None, None
         try:

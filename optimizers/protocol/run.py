@@ -397,15 +397,18 @@ def run_task(cfg: Any) -> dict[str, Any]:
 
     logging.getLogger().setLevel(job.log_level)
     from optimizers.protocol.errors import JobError
-    from optimizers.protocol.job import run_job, summary_line
+    from optimizers.protocol.job import probe_endpoints, run_job, summary_line
 
-    _write_config(cfg, job.out)  # a resumed job's folder exists already
+    finished = job.phase == "all" and (job.out / "result.json").is_file()
     try:
+        if job.model.endpoints and not finished:
+            # Before the engine makes the job folder: an unreachable server leaves nothing behind.
+            probe_endpoints(job.model.endpoints)
+        _write_config(cfg, job.out)  # a resumed job's folder exists already
         result = run_job(job)
     except JobError as exc:
         return _refuse(str(exc), multirun, label)
-    finally:
-        _write_config(cfg, job.out)
+    _write_config(cfg, job.out)
     line = summary_line(result)
     sys.stdout.write(json.dumps(line, sort_keys=True) + "\n")
     sys.stdout.flush()

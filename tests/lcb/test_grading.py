@@ -190,3 +190,13 @@ def test_grade_many_keeps_order_and_agrade_works():
         return await asyncio.gather(agrade(ADD, codes[1]), agrade(ADD, "print(0)"))
     first, second = asyncio.run(both())
     assert first.solved and not second.solved
+
+
+def test_functional_cpu_budget_is_per_test_not_per_process():
+    # nine tests of 0.5 s CPU each share one process; a per-process CPU limit of
+    # ceil(timeout) + 1 = 4 s would kill the ninth test
+    problem = functional_problem([(str(i), str(i)) for i in range(9)], fn_name="spin")
+    code = ("import time\nclass Solution:\n    def spin(self, x):\n        end = time.process_time() + 0.5\n"
+            "        while time.process_time() < end:\n            pass\n        return x\n")
+    verdict = grade(problem, code, timeout_s=3.0)
+    assert verdict.solved, verdict.tests

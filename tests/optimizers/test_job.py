@@ -167,13 +167,16 @@ def test_a_folder_holding_another_job_is_refused(tmp_path: Path, scripted_server
         run_job(job_config(out, server.base_url, seed=1), fast_runtime())
 
 
-def test_bad_requests_are_one_line_job_errors(tmp_path: Path, scripted_server) -> None:
+def test_bad_requests_are_one_line_job_errors(tmp_path: Path, scripted_server, monkeypatch) -> None:
+    from optimizers.registry import BUILTIN_METHODS
+
+    monkeypatch.setitem(BUILTIN_METHODS, "ghost", "optimizers.ghost_method:Ghost")
     server = scripted_server()
     with pytest.raises(JobError, match="unknown method 'nope'"):
         Job(job_config(tmp_path / "a", server.base_url, method="nope"))
     with pytest.raises(JobError, match="not available in this build"):
-        Job(job_config(tmp_path / "a", server.base_url, method="tavo"))
-    with pytest.raises(PhaseOrderError, match="run phase=validate first"):
+        Job(job_config(tmp_path / "a", server.base_url, method="ghost"))
+    with pytest.raises(PhaseOrderError, match="run phase=optimize first"):
         run_job(job_config(tmp_path / "b", server.base_url, phase="test"), fast_runtime())
     with pytest.raises(JobError, match="no model endpoint is reachable"):
         run_job(job_config(tmp_path / "c", "http://127.0.0.1:9/v1"), fast_runtime())

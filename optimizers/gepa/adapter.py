@@ -1,0 +1,328 @@
+"""The seam between the ``gepa`` engine (synchronous, in a worker thread) and our async job.
+
+- ``LcbGEPAAdapter`` is gepa's adapter: ``evaluate`` runs a candidate's rollouts through the
+  job's budgeted evaluator (on the job's event loop), ``make_reflective_dataset`` turns the
+  rollouts into what the reflection model reads: the problem, what the role did, the submitted
+  program and *our verdict feedback* (score, outcome kind, passed k/n), not only the score.
+- ``GEPAReflectionLM`` is the callable gepa expects as its reflection LM, backed by the job's
+  counted and journaled reflection model.
+- ``GEPAWatch`` collects what the engine cannot know (budget exhausted, plateau, a fatal
+  error) and is gepa's stopper, so the engine stops between iterations with a clear reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections.abc import Mapping, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+
+from optimizers.base import OptimizerInfrastructureError
+from optimizers.candidate import Candidate
+from optimizers.evaluator import Evaluator, Rollout
+from optimizers.reflection import (
+    ReflectionModel,
+    ReflectionUnavailable,
+    RolloutGuard,
+    clip,
+    outcome_line,
+    render_trace,
+    task_text,
+)
+
+STOP_BUDGET = "rollout_budget_spent"
+STOP_PLATEAU = "full_eval_plateau"
+STOP_MAX_FULL_EVALS = "max_full_evals"
+STOP_STALLED = "stalled_without_rollouts"
+STOP_INFRASTRUCTURE = "infrastructure_failure"
+
+
+class EngineCancelled(RuntimeError):
+    """The job stopped waiting for the engine (cancellation); end the engine thread."""
+
+
+@dataclass
+class GEPAWatch:
+    """State shared by the adapter, the callbacks and the stopper (all in the engine thread)."""
+
+    budget: Any
+    min_budget_for_iteration: int
+    plateau_patience: int | None
+    metric_call_cap: int | None
+    max_idle_iterations: int
+    exhausted: bool = False
+    fatal: BaseException | None = None
+    cancelled: bool = False
+    stop_reason: str | None = None
+    best_full_eval: float | None = None
+    evals_without_improvement: int = 0
+    idle_iterations: int = 0
+    _charged_at_iteration_start: int = 0
+    full_evals: int = 0
+
+    # -- gepa stopper protocol ------------------------------------------------------------------
+
+    def __call__(self, state: Any) -> bool:
+        reason = self._reason(state)
+        if reason is not None and self.stop_reason is None:
+            self.stop_reason = reason
+        return reason is not None
+
+    def _reason(self, state: Any) -> str | None:
+        if self.fatal is not None or self.cancelled:
+            return STOP_INFRASTRUCTURE
+        if self.exhausted or self.budget.remaining < self.min_budget_for_iteration:
+            return STOP_BUDGET
+        if self.plateau_patience is not None and self.evals_without_improvement >= self.plateau_patience:
+            return STOP_PLATEAU
+        if self.metric_call_cap is not None and state.total_num_evals >= self.metric_call_cap:
+            return STOP_MAX_FULL_EVALS
+        if self.idle_iterations >= self.max_idle_iterations:
+            return STOP_STALLED
+        return None
+
+    # -- gepa callbacks -------------------------------------------------------------------------
+
+    def on_iteration_start(self, event: Mapping[str, Any]) -> None:
+        self._charged_at_iteration_start = self.budget.charged
+
+    def on_iteration_end(self, event: Mapping[str, Any]) -> None:
+        # An iteration that charged nothing (all cached, skipped, nothing proposed) makes no
+        # progress; many in a row mean the engine is spinning.
+        if self.budget.charged == self._charged_at_iteration_start:
+            self.idle_iterations += 1
+        else:
+            self.idle_iterations = 0
+
+    def note_full_eval(self, average: float, *, seed: bool) -> None:
+        if seed:
+            self.best_full_eval = average
+            return
+        self.full_evals += 1
+        if self.best_full_eval is None or average > self.best_full_eval:
+            self.best_full_eval = average
+            self.evals_without_improvement = 0
+        else:
+            self.evals_without_improvement += 1
+
+
+class LoopBridge:
+    """Runs coroutines on the job's event loop from the engine's worker thread."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, watch: GEPAWatch) -> None:
+        self.loop = loop
+        self.watch = watch
+        self._pending: set[Future[Any]] = set()
+        self._lock = threading.Lock()
+
+    def run(self, coroutine: Any) -> Any:
+        if self.watch.cancelled:
+            coroutine.close()
+            raise EngineCancelled("the optimization was cancelled")
+        future = asyncio.run_coroutine_threadsafe(coroutine, self.loop)
+        with self._lock:
+            self._pending.add(future)
+        try:
+            return future.result()
+        finally:
+            with self._lock:
+                self._pending.discard(future)
+
+    def call_soon(self, function: Any, *args: Any) -> None:
+        self.loop.call_soon_threadsafe(function, *args)
+
+
+@dataclass
+class _Trace:
+    """What one rollout contributes to a reflective dataset."""
+
+    rollout: Rollout
+    phase: str
+
+
+@dataclass
+class CandidateBook:
+    """Our own record of every candidate gepa evaluated (the incumbent is chosen from it)."""
+
+    seed: Candidate
+    keys: tuple[str, ...]
+    by_texts: dict[str, Candidate] = field(default_factory=dict)
+    order: list[str] = field(default_factory=list)
+    val_scores: dict[str, dict[str, float]] = field(default_factory=dict)
+    val_incomplete: set[str] = field(default_factory=set)
+    current_parent: Candidate | None = None
+
+    def candidate(self, texts: Mapping[str, str]) -> Candidate:
+        fingerprint = json.dumps({k: texts[k] for k in self.keys}, sort_keys=True)
+        known = self.by_texts.get(fingerprint)
+        if known is not None:
+            return known
+        base = self.current_parent or self.seed
+        updates = {k: texts[k] for k in self.keys if texts[k] != base.components[k]}
+        candidate = base.with_components(updates) if updates else base
+        if candidate == self.seed:
+            candidate = self.seed
+        self.by_texts[fingerprint] = candidate
+        if candidate.id not in self.order:
+            self.order.append(candidate.id)
+        return candidate
+
+    def best(self, val_ids: Sequence[str]) -> tuple[Candidate, float | None]:
+        """Best mean over complete validation evaluations; ties keep the earlier candidate."""
+        by_id = {c.id: c for c in self.by_texts.values()}
+        best, best_score = self.seed, None
+        for candidate_id in self.order:
+            scores = self.val_scores.get(candidate_id, {})
+            if candidate_id in self.val_incomplete or any(v not in scores for v in val_ids):
+                continue
+            score = sum(scores[v] for v in val_ids) / len(val_ids)
+            if best_score is None or score > best_score:
+                best, best_score = by_id[candidate_id], score
+        return best, best_score
+
+
+class LcbGEPAAdapter:
+    """gepa adapter over the job's evaluator. Data instances are problem ids."""
+
+    propose_new_texts = None  # gepa proposes with its reflective proposer and our reflection LM
+
+    def __init__(
+        self,
+        *,
+        evaluator: Evaluator,
+        book: CandidateBook,
+        train_ids: Sequence[str],
+        val_ids: Sequence[str],
+        bridge: LoopBridge,
+        guard: RolloutGuard,
+        multi_role: bool,
+    ) -> None:
+        self.evaluator = evaluator
+        self.book = book
+        self.train_ids = frozenset(train_ids)
+        self.val_ids = frozenset(val_ids)
+        self.bridge = bridge
+        self.guard = guard
+        self.multi_role = multi_role
+        self.watch = bridge.watch
+
+    def _phase(self, problem_id: str) -> str:
+        if problem_id in self.train_ids:
+            return "train"
+        if problem_id in self.val_ids:
+            return "val"
+        raise ValueError(f"gepa asked for problem {problem_id!r}, which is neither train nor val")
+
+    def evaluate(self, batch: list[str], candidate: dict[str, str], capture_traces: bool = False) -> Any:
+        from gepa.core.adapter import EvaluationBatch
+
+        ours = self.book.candidate(candidate)
+        by_phase: dict[str, list[str]] = {}
+        for problem_id in batch:
+            by_phase.setdefault(self._phase(problem_id), []).append(problem_id)
+        results: dict[str, _Trace] = {}
+        for phase, ids in by_phase.items():
+            rollouts = self.bridge.run(self.evaluator.evaluate(ours, ids, phase=phase))
+            try:
+                self.guard.check(rollouts)
+            except OptimizerInfrastructureError as exc:
+                self.watch.fatal = exc
+            for rollout in rollouts:
+                results[rollout.problem_id] = _Trace(rollout, phase)
+                if rollout.budget_exhausted:
+                    self.watch.exhausted = True
+                if phase == "val":
+                    if rollout.usable:
+                        self.book.val_scores.setdefault(ours.id, {})[rollout.problem_id] = rollout.score
+                    else:
+                        self.book.val_incomplete.add(ours.id)
+        ordered = [results[p] for p in batch]
+        scores = [t.rollout.score if t.rollout.usable else 0.0 for t in ordered]
+        outputs = [t.rollout.answer or "" for t in ordered]
+        return EvaluationBatch(outputs=outputs, scores=scores, trajectories=ordered if capture_traces else None)
+
+    def make_reflective_dataset(
+        self, candidate: dict[str, str], eval_batch: Any, components_to_update: list[str]
+    ) -> dict[str, list[dict[str, Any]]]:
+        dataset: dict[str, list[dict[str, Any]]] = {}
+        for key in components_to_update:
+            records = []
+            for trace in eval_batch.trajectories or ():
+                if not trace.rollout.usable:
+                    continue  # a rollout that never ran has nothing to reflect on
+                records.append(self._record(key, trace.rollout))
+            dataset[key] = records
+        return dataset
+
+    def _record(self, key: str, rollout: Rollout) -> dict[str, Any]:
+        trace = rollout.trace
+        record: dict[str, Any] = {"Problem": task_text(trace, 1800)}
+        if key.startswith("role/"):
+            role = key[len("role/"):]
+            record[f"What the {role} role wrote"] = render_trace(trace, role=role, each=1500, total=4000) or (
+                "(this role did not speak in this run)")
+            if self.multi_role:
+                record["Rest of the team conversation"] = render_trace(trace, each=600, total=2500)
+        else:
+            record["Team conversation"] = render_trace(trace, each=800, total=5000)
+        record["Submitted program"] = clip(rollout.answer, 2500) if rollout.answer else "(no program was extracted)"
+        record["Result and grader feedback"] = outcome_line(rollout)
+        return record
+
+
+class GEPAReflectionLM:
+    """The ``LanguageModel`` callable gepa's proposer calls, backed by our reflection model."""
+
+    total_cost = 0.0  # gepa wraps callables without it; our usage is counted by ReflectionModel
+
+    def __init__(self, model: ReflectionModel, bridge: LoopBridge) -> None:
+        self.model = model
+        self.bridge = bridge
+
+    @property
+    def total_tokens_in(self) -> int:
+        return int(self.model.usage()["prompt_tokens"])
+
+    @property
+    def total_tokens_out(self) -> int:
+        return int(self.model.usage()["completion_tokens"])
+
+    def __call__(self, prompt: str | list[dict[str, Any]]) -> str:
+        text = prompt if isinstance(prompt, str) else json.dumps(prompt, ensure_ascii=False)
+        try:
+            reply = self.bridge.run(self.model.ask(text, purpose="propose"))
+        except ReflectionUnavailable as exc:
+            self.bridge.watch.fatal = exc
+            raise
+        if not reply or not reply.strip():
+            # gepa drops this proposal (no child, no rollouts) and goes on.
+            raise RuntimeError("the reflection model gave no usable proposal")
+        return reply
+
+
+def reflection_templates(keys: Sequence[str], role_names: Sequence[str]) -> dict[str, str]:
+    """One gepa reflection template per component (``<curr_param>`` / ``<side_info>``)."""
+    team = ("a single agent" if len(role_names) == 1
+            else f"a team of LLM agents with the roles {', '.join(role_names)}")
+    templates = {}
+    for key in keys:
+        if key.startswith("role/"):
+            what = f"system prompt of the `{key[len('role/'):]}` role"
+        else:
+            what = f"team protocol text `{key[len('protocol/'):]}` (shown to agents when they hand work over)"
+        templates[key] = (
+            f"You are improving the {what} in {team}. The team solves competitive programming problems "
+            "(standard-input programs or LeetCode-style class methods) graded by hidden tests.\n\n"
+            f"The current {what}:\n```\n<curr_param>\n```\n\n"
+            "Problems the team attempted with it: the problem, what the agents wrote, the submitted "
+            "program and the grader's feedback (score 1 means every graded hidden test passed; the "
+            "feedback gives counts and failure kinds, never the hidden tests):\n```\n<side_info>\n```\n\n"
+            f"Write an improved {what}. Keep what works, correct the behaviours that led to failures "
+            "and add concrete, general strategies (never solutions to these particular problems). "
+            "Do not change the answer format the team is told to follow. Reply with the complete new "
+            "text inside one ``` block."
+        )
+    return templates

@@ -1,0 +1,172 @@
+"""A scripted world for optimizer tests: a team model that succeeds only with a marker, and a
+reflection model that proposes that marker.
+
+Both models are served by one scripted OpenAI-compatible server (an honest stand-in for the
+models; the optimizers, teams, grader and job engine under test are all real):
+
+- task requests (any request that is not a reflection request) are about a built-in problem; the
+  reply is that problem's correct program (lcb/builtin/solutions.json) when the system prompt
+  contains ``MARKER`` (or the problem is in ``seed_solves``), else its wrong program;
+- reflection requests carry the reflection system prompt of ``optimizers.reflection`` with a
+  ``Task: <method>/<purpose>.`` tag; the reply has the shape the method's prompt asks for
+  (a fenced instruction, or JSON) and, in the ``useful`` world, includes ``MARKER``. In the
+  ``useless`` world it proposes text that changes nothing that matters.
+
+Run as a script it is a job entry point for kill/resume tests:
+``python tests/optimizers/scripted_world.py OUT BASE_URL JSON_OVERRIDES`` prints the summary line.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+if str(REPO) not in sys.path:  # when run as a script
+    sys.path.insert(0, str(REPO))
+
+MARKER = "SAMPLE-FIRST PROTOCOL: run every sample case before answering."
+MODEL_ID = "scripted/team-model"
+REFLECTION_ID = "scripted/reflection-model"
+WORLDS = ("useful", "useless")
+
+_TASK_TAG = re.compile(r"Task: ([a-z_]+)/([a-z_-]+)\.")
+
+
+def _instruction(useful: bool, role_hint: str = "") -> str:
+    base = f"You are a meticulous competitive programmer{(' acting as ' + role_hint) if role_hint else ''}."
+    if useful:
+        return f"{base}\n{MARKER}\nKeep the final program complete and self-contained."
+    return f"{base}\nThink step by step and write clean code."
+
+
+def _fenced(text: str) -> str:
+    return f"```\n{text}\n```"
+
+
+def reflection_reply(method: str, purpose: str, prompt: str, *, useful: bool) -> str | None:
+    """The scripted reflection model's answer for one purpose (None: not a request it knows)."""
+    rule = MARKER if useful else "Write clean code."
+    replies: dict[tuple[str, str], Any] = {
+        ("gepa", "propose"): lambda: _fenced(_instruction(useful)),
+        ("mipro", "summary"): lambda: "Competitive programming problems: stdin/stdout programs and "
+                                      "LeetCode-style class methods, graded by hidden tests.",
+        ("mipro", "propose"): lambda: "Proposed instruction:\n" + _fenced(_instruction(useful)),
+        ("tavo", "rate"): lambda: json.dumps({"ratings": [
+            {"index": i, "progress": 5, "coordination": 5, "stage": 5, "score": 5,
+             "analysis": "routine step", "suggestion": rule} for i in range(_segment_count(prompt))]}),
+        ("tavo", "credit"): lambda: json.dumps({
+            "overall_score": 4, "analysis": "the program failed hidden tests",
+            "strengths": ["clear structure"], "weaknesses": ["did not test samples"],
+            "prompt_suggestions": [rule],
+            "prompt_modifications": {"add": [rule], "remove": [], "restructure": []}}),
+        ("tavo", "aggregate"): lambda: json.dumps({"add": [rule], "remove": [], "restructure": []}),
+        ("tavo", "rewrite"): lambda: _fenced(_instruction(useful)),
+        ("tavo", "overlay"): lambda: json.dumps({"rules": [rule, "State the algorithm before coding."]}),
+    }
+    make = replies.get((method, purpose))
+    return make() if make is not None else None
+
+
+def _segment_count(prompt: str) -> int:
+    return len(re.findall(r"^### Step (\d+)", prompt, flags=re.MULTILINE)) or 1
+
+
+def _conversation_text(request: Any) -> str:
+    """All message text except system prompts (demos in a prompt must not look like the task)."""
+    parts = []
+    for message in request.messages:
+        if isinstance(message, Mapping) and message.get("role") not in ("system", "developer"):
+            content = message.get("content")
+            parts.append(content if isinstance(content, str) else json.dumps(content))
+    return "\n".join(parts)
+
+
+def world_script(
+    *, world: str = "useful", seed_solves: Iterable[str] = (), latency_s: float = 0.0
+) -> Any:
+    """The Script for a scripted server (``world``: useful | useless)."""
+    from lcb.data import load_problems
+    from optimizers.reflection import REFLECTION_SYSTEM
+    from topologies.scripted import FunctionRule, Script, fenced_python
+
+    if world not in WORLDS:
+        raise ValueError(f"world must be one of {WORLDS}")
+    useful = world == "useful"
+    solved = frozenset(seed_solves)
+    problems = load_problems("builtin").problems
+    solutions = json.loads((REPO / "lcb" / "builtin" / "solutions.json").read_text())
+    keys = {p.id: p.statement[:80] for p in problems}
+
+    def reflect(request: Any) -> str | None:
+        if REFLECTION_SYSTEM not in request.system:
+            return None
+        tag = _TASK_TAG.search(request.system)
+        if tag is None:
+            return None
+        return reflection_reply(tag.group(1), tag.group(2), request.last_user, useful=useful)
+
+    def solve(request: Any) -> str | None:
+        if REFLECTION_SYSTEM in request.system:
+            return None
+        text = _conversation_text(request)
+        for problem_id, key in keys.items():
+            if key in text:
+                good = MARKER in request.system or problem_id in solved
+                return fenced_python(solutions[problem_id]["correct" if good else "wrong"])
+        return None
+
+    return Script(
+        [FunctionRule("reflect", reflect, latency_s=latency_s), FunctionRule("solve", solve, latency_s=latency_s)],
+        default=None,
+    )
+
+
+def world_job_config(out: Path, base_url: str, **overrides: Any) -> Any:
+    """A small job on built-in data whose task and reflection models are the scripted server."""
+    from optimizers.protocol.config import JobConfig, ModelSpec
+
+    values: dict[str, Any] = {
+        "method": "identity",
+        "topology": "single",
+        "model": ModelSpec("scripted", MODEL_ID, (base_url,)),
+        "reflection": ModelSpec("reflection", REFLECTION_ID, (base_url,)),
+        "seed": 0,
+        "out": out,
+        "team_size": 1,
+        "data": "builtin",
+        "budget": 30,
+        "concurrency": 4,
+        "quiet": True,
+        "allow_any_cell": True,
+    }
+    values.update(overrides)
+    return JobConfig(**values)
+
+
+def fast_runtime() -> Any:
+    from optimizers.protocol.job import JobRuntime
+
+    return JobRuntime(retry_delay_s=0.0, client_max_retries=0, client_backoff_s=0.0, in_grid=False)
+
+
+def main(argv: list[str]) -> int:
+    out, base_url, overrides = argv[0], argv[1], json.loads(argv[2])
+    from optimizers.protocol.errors import JobError
+    from optimizers.protocol.job import run_job, summary_line
+
+    try:
+        result = run_job(world_job_config(Path(out), base_url, **overrides), fast_runtime())
+    except JobError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps(summary_line(result)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
