@@ -204,12 +204,14 @@ async def run_with_retries(
     retry_delay_s: float = 0.0,
     chargeable: bool = True,
     on_attempt: AttemptHook | None = None,
+    on_final: Callable[[Rollout, dict[str, Any]], None] | None = None,
     on_failed_attempt: Callable[[bool], None] | None = None,
 ) -> Rollout:
-    """Attempt until usable or out of retries; every attempt (same seed) goes to ``on_attempt``.
+    """Attempt until usable or out of retries; every attempt (same seed) is journaled.
 
-    The final attempt's record carries the finished rollout, so the attempts journal alone is
-    enough to rebuild every finished rollout after a kill (it is the write-ahead log).
+    Non-final attempts go to ``on_attempt``. The final one goes to ``on_final(rollout, record)``
+    when given (the caller journals the rollout first, then the record), else to ``on_attempt``
+    with the finished rollout embedded, so that one journal alone can rebuild it after a kill.
     """
     attempt = first_attempt
     latency_total = 0.0
@@ -225,7 +227,7 @@ async def run_with_retries(
         rollout = rollout_from_attempt(
             key, seed, result, attempts=attempt + 1, latency_s=latency_total, chargeable=chargeable
         )
-        if on_attempt is not None:
+        if on_attempt is not None or on_final is not None:
             record = {
                 "schema": JOURNAL_SCHEMA,
                 "candidate_id": key.candidate_id,
@@ -241,15 +243,41 @@ async def run_with_retries(
                 "latency_s": round(latency, 4),
                 "usage": dict(result.usage),
                 "error": result.infrastructure_error,
-                "rollout": rollout.to_dict() if final else None,
+                "rollout": rollout.to_dict() if final and on_final is None else None,
                 "time": time.time(),
             }
-            on_attempt(record)
+            if final and on_final is not None:
+                on_final(rollout, record)
+            elif on_attempt is not None:
+                on_attempt(record)
         if final:
             return rollout
         attempt += 1
         if retry_delay_s:
             await asyncio.sleep(retry_delay_s * attempt)
+
+
+def final_attempt_record(rollout: Rollout, mode: str, *, repaired: bool = False) -> dict[str, Any]:
+    """The final attempt line of a finished rollout (to repair a log cut short by a kill)."""
+    return {
+        "schema": JOURNAL_SCHEMA,
+        "candidate_id": rollout.candidate_id,
+        "problem_id": rollout.problem_id,
+        "phase": rollout.phase,
+        "sample": rollout.sample,
+        "seed": rollout.seed,
+        "mode": mode,
+        "attempt_index": rollout.attempts - 1,
+        "outcome": rollout.status.value,
+        "charged": rollout.charged,
+        "final": True,
+        "latency_s": rollout.latency_s,
+        "usage": dict(rollout.usage),
+        "error": rollout.details.get("infrastructure_error"),
+        "rollout": None,
+        "repaired": repaired,
+        "time": time.time(),
+    }
 
 
 @dataclass(frozen=True, slots=True)
@@ -320,22 +348,23 @@ class BudgetedEvaluator:
     # ---------------------------------------------------------------- resume
 
     def _load_journal(self) -> None:
-        assert self.journal is not None and self._rollouts_log is not None
-        logged_rollouts = {
-            RolloutKey(r["candidate_id"], r["problem_id"], r["phase"], int(r["sample"]))
-            for r in read_jsonl(self.journal.rollouts)
-        }
+        """Rebuild the cache: rollouts.jsonl holds finished rollouts (written before their final
+        attempt line), attempts.jsonl the failed attempts of rollouts that may be unfinished."""
+        assert self.journal is not None and self._attempts_log is not None
+        for row in read_jsonl(self.journal.rollouts):
+            rollout = Rollout.from_dict(row)
+            self._journaled[rollout.key] = rollout
+        finals: set[RolloutKey] = set()
         for record in read_jsonl(self.journal.attempts):
             key = RolloutKey(record["candidate_id"], record["problem_id"], record["phase"], int(record["sample"]))
             if record.get("final"):
-                rollout = Rollout.from_dict(record["rollout"])
-                self._journaled[key] = rollout
-                if key not in logged_rollouts:
-                    # Killed between the two writes: the attempt log is the source of truth.
-                    self._rollouts_log.append(rollout.to_dict())
-                    logged_rollouts.add(key)
+                finals.add(key)
             elif record.get("outcome") == Outcome.INFRASTRUCTURE_FAILURE.value:
                 self._journaled_failures[key] = self._journaled_failures.get(key, 0) + 1
+        for key, rollout in self._journaled.items():
+            if key not in finals:
+                # Killed between the two writes: complete the attempt log from the rollout.
+                self._attempts_log.append(final_attempt_record(rollout, self._mode, repaired=True))
         for record in read_jsonl(self.journal.candidates):
             self._known_candidates.add(record["id"])
             self._candidates[record["id"]] = Candidate.from_dict(record)
@@ -492,12 +521,11 @@ class BudgetedEvaluator:
                     first_attempt=prior,
                     retry_delay_s=self._retry_delay_s,
                     on_attempt=self._attempts_log.append if self._attempts_log else None,
+                    on_final=self._journal_final if self.journal else None,
                     on_failed_attempt=lambda retry: self.budget.note_infrastructure_failure(will_retry=retry),
                 )
             self.budget.commit(reservation, rollout.status)
             committed = True
-            if self._rollouts_log is not None:
-                self._rollouts_log.append(rollout.to_dict())
             self._served[key] = rollout
             self._notify(rollout)
             if not future.done():
@@ -514,6 +542,11 @@ class BudgetedEvaluator:
                 raise
         finally:
             self._inflight.pop(key, None)
+
+    def _journal_final(self, rollout: Rollout, record: dict[str, Any]) -> None:
+        assert self._rollouts_log is not None and self._attempts_log is not None
+        self._rollouts_log.append(rollout.to_dict())  # first: the rollout is what resume trusts
+        self._attempts_log.append(record)
 
     def _notify(self, rollout: Rollout) -> None:
         for observer in self._observers:

@@ -444,7 +444,8 @@ class RolloutGuard:
 
 
 def mean_score(rollouts: Sequence[Any]) -> float | None:
-    """Mean score over usable rollouts; None if any was not run (budget) or none is usable."""
-    if not rollouts or any(not r.usable for r in rollouts):
+    """Mean score over usable rollouts; None when any was not run (budget) or none is usable."""
+    if not rollouts or any(r.budget_exhausted for r in rollouts):
         return None
-    return sum(r.score for r in rollouts) / len(rollouts)
+    usable = [r for r in rollouts if r.usable]
+    return sum(r.score for r in usable) / len(usable) if usable else None

@@ -33,8 +33,8 @@ if [ ! -x .venv/bin/python ]; then
 fi
 py=.venv/bin/python
 
-say "upgrading pip"
-"$py" -m pip install --quiet --upgrade pip
+say "pinning pip (the version the set was tested with)"
+"$py" -m pip install --quiet "pip==26.3"
 
 say "installing the project (editable) with dev extras"
 "$py" -m pip install --quiet -c constraints.txt -e '.[dev]'

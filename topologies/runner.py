@@ -158,19 +158,21 @@ def trace_name(problem_id: str) -> str:
 
 
 class RecordSink:
-    """Appends records as rows finish (flushed), keeps them for the summary."""
+    """Appends records as rows finish (flushed), keeps them for the summary.
 
-    def __init__(self, outputs: Outputs, done: list[dict[str, Any]], *, resume: bool) -> None:
+    With ``resume`` the file keeps every record already in it (``done``; a torn last line is
+    dropped); ``counted`` are the ones of this run's selection, which the summary includes.
+    """
+
+    def __init__(self, outputs: Outputs, done: list[dict[str, Any]], *, resume: bool,
+                 counted: list[dict[str, Any]] | None = None) -> None:
         from lcb.records import write_jsonl_atomic
 
         self.outputs = outputs
-        self.records = list(done)
+        self.records = list(done if counted is None else counted)
         self._handle = None
         if outputs.predictions is not None:
-            if not resume:
-                write_jsonl_atomic(outputs.predictions, [])  # start over, atomically
-            else:
-                write_jsonl_atomic(outputs.predictions, done)  # drops a torn last line
+            write_jsonl_atomic(outputs.predictions, done if resume else [])  # atomically, at start
             self._handle = outputs.predictions.open("a", encoding="utf-8")
 
     def add(self, record: dict[str, Any], trace: dict[str, Any] | None) -> None:
@@ -377,8 +379,9 @@ async def execute(topology: str, args: argparse.Namespace) -> int:
     decoding = Decoding(temperature=args.temperature, top_p=args.top_p, max_tokens=args.max_tokens,
                         seed=args.seed)
     settings = RunSettings(spec, client, decoding, args.seed, args.tests)
-    sink = RecordSink(outputs, [r for r in done if str(r["id"]) in {p.id for p in problems}],
-                      resume=args.resume)
+    selected = {p.id for p in problems}
+    sink = RecordSink(outputs, done, resume=args.resume,
+                      counted=[r for r in done if str(r["id"]) in selected])
     try:
         await run_rows(todo, settings, sink, args.concurrency,
                        on_row=None if is_batch(args) else show_demo_row)

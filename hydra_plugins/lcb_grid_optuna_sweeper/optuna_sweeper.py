@@ -267,9 +267,12 @@ class OptunaSweeper(Sweeper):
         from optuna.trial import TrialState
 
         stale = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+        done = [t.params for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))]
         for trial in stale:
             study.tell(trial.number, state=TrialState.FAIL)
-            study.enqueue_trial(dict(trial.params), skip_if_exists=True)
+            # (optuna's skip_if_exists would also match the failed trial itself, so check here)
+            if trial.params and trial.params not in done:
+                study.enqueue_trial(dict(trial.params))
         return len(stale)
 
     # ---------------------------------------------------------------- sweep

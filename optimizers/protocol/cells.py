@@ -34,6 +34,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, fields
 from functools import lru_cache
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from optimizers.protocol.config import GRID_BUDGET, JobConfig
@@ -310,7 +311,7 @@ def method_defaults(method: str) -> Mapping[str, Any] | None:
     if not path.is_file():
         return None
     data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    return {k: v for k, v in data.items() if k != "name"}
+    return MappingProxyType({k: v for k, v in data.items() if k != "name"})
 
 
 def _protocol_defaults() -> Mapping[str, Any]:

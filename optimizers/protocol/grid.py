@@ -88,6 +88,8 @@ def job_status(path: Path) -> tuple[str, str]:
             return "failed", f"result.json has schema {data.get('schema')!r}"
         if data.get("status") != "completed":
             return "failed", f"result status {data.get('status')}"
+        if not (data.get("test") or {}).get("valid_for_aggregation", True):
+            return "done", "test data not valid for aggregation (unusable test rollouts)"
         return "done", ""
     if _locked(path / ".lock"):
         return "running", "job folder locked by a running job"

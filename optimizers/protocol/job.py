@@ -10,12 +10,11 @@ after ``selection.json`` is sealed.
 from __future__ import annotations
 
 import asyncio
-import subprocess
 import sys
 import time
 import traceback
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -32,18 +31,17 @@ from optimizers.budget import Budget
 from optimizers.candidate import Candidate
 from optimizers.evaluator import MODE_OPTIMIZE, BudgetedEvaluator, Rollout
 from optimizers.journal import canonical_json, read_jsonl, short_hash
-from optimizers.protocol.config import PHASES, JobConfig
+from optimizers.protocol.config import JobConfig
 from optimizers.protocol.errors import JobError, PhaseOrderError
 from optimizers.protocol.evaluation import Evaluation, EvaluationCache
+from optimizers.protocol.jobspec import PROTOCOL_ID, JobIdentity, json_safe, registry_key, validate_config
 from optimizers.protocol.learning_curve import LearningCurve
 from optimizers.protocol.seeds import evaluation_seed, request_seed
 from optimizers.protocol.selection import decide, find_forbidden_keys
 from optimizers.protocol.splits import SplitData, SplitIds, lcb_loader, split_ids_for
 from optimizers.protocol.store import JobStore
-from optimizers.registry import MethodUnavailable, UnknownMethod, get_optimizer_class
+from optimizers.registry import get_optimizer_class
 
-PROTOCOL_ID = "lcb-grid-protocol/v1"
-SCORER_ID = "lcb.grading/hidden-tests"
 LEARNING_CURVE_EVERY = 10
 
 
@@ -52,7 +50,7 @@ class JobRuntime:
     """How to run a job, never what it computes (so none of this is part of the job identity)."""
 
     tracker: Tracker | None = None  # extra tracker (e.g. W&B) next to the always-on JSONL one
-    in_grid: bool | None = None  # None: ask optimizers.protocol.grid if it can tell
+    in_grid: bool | None = None  # None: from the grid definition (optimizers.protocol.cells)
     retry_delay_s: float = 0.5  # pause before an infrastructure retry (times the attempt number)
     client_max_retries: int | None = None  # transport retries inside the model client
     client_backoff_s: float | None = None
@@ -66,64 +64,11 @@ def _log(cfg: JobConfig, text: str) -> None:
         print(f"[job] {text}", file=sys.stderr, flush=True)
 
 
-def registry_key(cfg: JobConfig) -> str:
-    """``centralized``, ``centralized_r8``, ``decentralized_communications_structured_soft``."""
-    if cfg.registry_key:
-        return cfg.registry_key
-    from optimizers.protocol import cells
-
-    return cells.registry_key(cfg.topology, cfg.team_size, cfg.communication)
-
-
-def code_version() -> str:
-    """The git commit of the checkout (metadata only: a new commit does not invalidate jobs)."""
-    root = Path(__file__).resolve().parents[2]
-    try:
-        out = subprocess.run(
-            ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5, check=False
-        )
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    return out.stdout.strip() or "unknown"
-
-
-def _validate_config(cfg: JobConfig) -> None:
-    if cfg.phase not in PHASES:
-        raise JobError(f"phase must be one of {', '.join(PHASES)}, not {cfg.phase!r}")
-    if cfg.dataset != "lcb":
-        raise JobError(f"dataset {cfg.dataset!r} is not supported (only lcb)")
-    if cfg.budget < 0:
-        raise JobError("budget must be >= 0")
-    if cfg.seed < 0:
-        raise JobError("seed must be >= 0")
-    if cfg.concurrency < 1:
-        raise JobError("concurrency must be >= 1")
-    if cfg.max_infrastructure_retries < 0:
-        raise JobError("max_infrastructure_retries must be >= 0")
-    if cfg.optimize_max_tests is not None and cfg.optimize_max_tests < 1:
-        raise JobError("optimize_max_tests must be >= 1 (or null for all hidden tests)")
-    try:
-        get_optimizer_class(cfg.method)
-    except (UnknownMethod, MethodUnavailable) as exc:
-        raise JobError(str(exc)) from None
-
-
-def _grid_standing(cfg: JobConfig, runtime: JobRuntime) -> tuple[bool | None, bool, tuple[str, ...]]:
-    """(in grid, conformant, reasons) from the grid definition; the app enforces ``allow_any_cell``."""
-    try:
-        from optimizers.protocol import cells
-    except ImportError:
-        return runtime.in_grid, False, ("the grid definition is not available",)
-    standing = cells.conformance(cfg)
-    in_grid = standing.in_grid if runtime.in_grid is None else runtime.in_grid
-    return in_grid, bool(standing.conformant and in_grid), tuple(standing.reasons)
-
-
 class Job:
     """A job bound to its folder; ``await job.run()`` runs the configured phase(s)."""
 
     def __init__(self, cfg: JobConfig, runtime: JobRuntime | None = None) -> None:
-        _validate_config(cfg)
+        validate_config(cfg)
         self.cfg = cfg
         self.runtime = runtime or JobRuntime()
         self.store = JobStore(cfg.out, evaluation_cache=cfg.evaluation_cache)
@@ -133,7 +78,16 @@ class Job:
         from optimizers.protocol.lcb_system import seed_candidate
 
         self.seed_candidate: Candidate = seed_candidate(self.base_spec)
-        self.in_grid, self.conformant, self.nonconformant_reasons = _grid_standing(cfg, self.runtime)
+        self.identity = JobIdentity.build(
+            cfg,
+            base_spec=self.base_spec,
+            seed_candidate=self.seed_candidate,
+            split_ids=self.split_ids,
+            override_in_grid=self.runtime.in_grid,
+        )
+        self.job_id, self.cell_id = self.identity.job_id, self.identity.cell_id
+        self.condition_id, self.cell = self.identity.condition_id, self.identity.cell
+        self.in_grid, self.conformant = self.identity.in_grid, self.identity.conformant
 
     # ---------------------------------------------------------------- identity
 
@@ -151,100 +105,6 @@ class Job:
         except (ValueError, OSError) as exc:
             raise JobError(f"cannot build the {self.cfg.topology} team: {exc}") from None
 
-    @cached_property
-    def condition(self) -> dict[str, Any]:
-        """What a seed evaluation depends on (method-independent; keys the evaluation cache)."""
-        cfg = self.cfg
-        return {
-            "protocol": PROTOCOL_ID,
-            "dataset": cfg.dataset,
-            "topology": cfg.topology,
-            "team_size": self.base_spec.team_size,
-            "communication": cfg.communication,
-            "rounds": cfg.rounds,
-            "max_turns": self.base_spec.max_turns,
-            "model": cfg.model.id,
-            "data": cfg.data,
-            "release": cfg.release,
-            "eval_decoding": asdict(cfg.eval_decoding),
-            "scorer": {"id": SCORER_ID, "tests": "hidden", "max_tests": None},
-            "max_infrastructure_retries": cfg.max_infrastructure_retries,
-            "splits": self.split_ids.as_dict(),
-        }
-
-    @cached_property
-    def condition_id(self) -> str:
-        return short_hash(self.condition, 24)
-
-    @cached_property
-    def spec(self) -> dict[str, Any]:
-        """The result-relevant configuration: equal specs compute equal results."""
-        cfg = self.cfg
-        return {
-            "protocol": PROTOCOL_ID,
-            "method": cfg.method,
-            "dataset": cfg.dataset,
-            "topology": cfg.topology,
-            "team_size": self.base_spec.team_size,
-            "communication": cfg.communication,
-            "rounds": cfg.rounds,
-            "max_turns": self.base_spec.max_turns,
-            "model": cfg.model.id,
-            "reflection_model": cfg.reflection.id,
-            "seed": cfg.seed,
-            "budget": cfg.budget,
-            "data": cfg.data,
-            "release": cfg.release,
-            "method_params": _json_safe(dict(cfg.method_params)),
-            "split_hash": self.split_ids.split_hash,
-            "optimize_max_tests": cfg.optimize_max_tests,
-            "optimize_decoding": asdict(cfg.optimize_decoding),
-            "eval_decoding": asdict(cfg.eval_decoding),
-            "reflection_decoding": asdict(cfg.reflection_decoding),
-            "max_infrastructure_retries": cfg.max_infrastructure_retries,
-            "seed_candidate_id": self.seed_candidate.id,
-            "condition_id": self.condition_id,
-        }
-
-    @cached_property
-    def job_id(self) -> str:
-        return short_hash(self.spec, 24)
-
-    @cached_property
-    def cell(self) -> dict[str, Any]:
-        """The grid cell (method x runtime condition), shared by the seeds of one cell."""
-        cfg = self.cfg
-        return {
-            "method": cfg.method,
-            "dataset": cfg.dataset,
-            "topology": cfg.topology,
-            "team_size": self.base_spec.team_size,
-            "communication": cfg.communication,
-            "rounds": cfg.rounds,
-            "model": cfg.model.id,
-            "registry_key": registry_key(cfg),
-        }
-
-    @cached_property
-    def cell_id(self) -> str:
-        return short_hash(self.cell, 24)
-
-    def job_record(self) -> dict[str, Any]:
-        return {
-            "job_id": self.job_id,
-            "spec": self.spec,
-            "cell": self.cell,
-            "cell_id": self.cell_id,
-            "condition": self.condition,
-            "condition_id": self.condition_id,
-            "seed_candidate": self.seed_candidate.to_dict(),
-            "split_sizes": {k: len(v) for k, v in self.split_ids.as_dict().items()},
-            "conformant": self.conformant,
-            "nonconformant_reasons": list(self.nonconformant_reasons),
-            "in_grid": self.in_grid,
-            "code_version": code_version(),
-        }
-
     # ---------------------------------------------------------------- runtime (lazy)
 
     @cached_property
@@ -255,39 +115,20 @@ class Job:
     def client(self) -> Any:
         if self.runtime.client_factory is not None:
             return self.runtime.client_factory(self.cfg)
-        from lcb.errors import LcbError
-        from topologies.models import MODEL_ALIASES, make_client, resolve_model
+        from optimizers.protocol.lcb_system import task_client
 
-        model = self.cfg.model
-        name = model.alias if model.alias in MODEL_ALIASES else model.id
-        options: dict[str, Any] = {}
-        if self.runtime.client_max_retries is not None:
-            options["max_retries"] = self.runtime.client_max_retries
-        if self.runtime.client_backoff_s is not None:
-            options["backoff_s"] = self.runtime.client_backoff_s
-        try:
-            config = resolve_model(name, task_endpoints=list(model.endpoints) or None, **options)
-        except LcbError as exc:
-            raise JobError(str(exc)) from None
-        if config.id != model.id:
-            raise JobError(f"model {name!r} resolves to {config.id!r}, but the job is configured for {model.id!r}")
-        if self.runtime.probe_endpoints:
-            probe_endpoints(config.endpoints, api_key=config.api_key)
-        return make_client(config)
+        return task_client(
+            self.cfg.model,
+            max_retries=self.runtime.client_max_retries,
+            backoff_s=self.runtime.client_backoff_s,
+            probe=self.runtime.probe_endpoints,
+        )
 
     @cached_property
     def reflection(self) -> Any:
-        from lcb.errors import LcbError
-        from topologies.models import make_client, resolve_reflection_model
+        from optimizers.protocol.lcb_system import reflection_client
 
-        spec = self.cfg.reflection
-        try:
-            config = resolve_reflection_model(spec.id, list(spec.endpoints) or None)
-        except LcbError as exc:
-            raise JobError(str(exc)) from None
-        if self.runtime.probe_endpoints:
-            probe_endpoints(config.endpoints, api_key=config.api_key)
-        return make_client(config)
+        return reflection_client(self.cfg.reflection, probe=self.runtime.probe_endpoints)
 
     @cached_property
     def system(self) -> Any:
@@ -320,7 +161,7 @@ class Job:
 
     async def run(self) -> dict[str, Any]:
         with self.store.lock():
-            self.store.ensure_job(self.job_record())
+            self.store.ensure_job(self.identity.record(self.seed_candidate, self.split_ids))
             phase = self.cfg.phase
             if phase == "all":
                 saved = self.store.read("result")
@@ -458,8 +299,8 @@ class Job:
             "usage": {"task": attempts_usage(self.store.optimization_dir / "attempts.jsonl"),
                       "reflection": _client_usage(ctx.reflection)},
             "elapsed_seconds": round(time.monotonic() - started, 3),
-            "history": _json_safe(list(result.history)),
-            "metadata": _json_safe(dict(result.metadata)),
+            "history": json_safe(list(result.history)),
+            "metadata": json_safe(dict(result.metadata)),
             "training_ids": list(self.split_ids.train),
             "validation_ids": list(self.split_ids.val),
         }
@@ -671,13 +512,6 @@ def _scores(rollouts: tuple[Rollout, ...]) -> list[float | None]:
     return [r.score if r.usable else None for r in rollouts]
 
 
-def _json_safe(value: Any) -> Any:
-    """Round-trip through canonical JSON (tuples -> lists); raises on non-JSON values."""
-    import json
-
-    return json.loads(canonical_json(value))
-
-
 def attempts_usage(path: Path) -> dict[str, int]:
     """Token/call totals over every journaled attempt (also those of earlier, killed processes)."""
     total: dict[str, int] = {"attempts": 0}
@@ -715,24 +549,6 @@ def _progress(description: str, total: int) -> Any:
     from tqdm import tqdm
 
     return tqdm(total=total, desc=description, file=sys.stderr, leave=False, dynamic_ncols=True)
-
-
-def probe_endpoints(endpoints: tuple[str, ...], *, api_key: str = "EMPTY", timeout_s: float = 10.0) -> None:
-    """Fail fast (``JobError``) when none of the endpoints answers ``GET /models``."""
-    import httpx
-
-    failures = []
-    for url in endpoints:
-        try:
-            response = httpx.get(f"{url.rstrip('/')}/models", timeout=timeout_s,
-                                 headers={"Authorization": f"Bearer {api_key}"})
-        except httpx.HTTPError as exc:
-            failures.append(f"{url} ({type(exc).__name__})")
-            continue
-        if response.status_code < 500:
-            return  # reachable (even a 404 means a server is there)
-        failures.append(f"{url} (HTTP {response.status_code})")
-    raise JobError(f"no model endpoint is reachable: {', '.join(failures)}")
 
 
 # ------------------------------------------------------------------------------------- API

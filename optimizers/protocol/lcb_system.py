@@ -181,3 +181,68 @@ def base_team_spec(
         rounds=rounds,
         max_turns=max_turns,
     )
+
+
+# ------------------------------------------------------------------------------------ model clients
+
+
+def task_client(
+    model: Any, *, max_retries: int | None = None, backoff_s: float | None = None, probe: bool = True
+) -> Any:
+    """The task model's ChatClient for a ``ModelSpec``; a ``JobError`` when it cannot be used."""
+    from lcb.errors import LcbError
+    from optimizers.protocol.errors import JobError
+    from topologies.models import MODEL_ALIASES, make_client, resolve_model
+
+    name = model.alias if model.alias in MODEL_ALIASES else model.id
+    options: dict[str, Any] = {}
+    if max_retries is not None:
+        options["max_retries"] = max_retries
+    if backoff_s is not None:
+        options["backoff_s"] = backoff_s
+    try:
+        config = resolve_model(name, task_endpoints=list(model.endpoints) or None, **options)
+    except LcbError as exc:
+        raise JobError(str(exc)) from None
+    if config.id != model.id:
+        raise JobError(f"model {name!r} resolves to {config.id!r}, but the job is configured for {model.id!r}")
+    if probe:
+        probe_endpoints(config.endpoints, api_key=config.api_key)
+    return make_client(config)
+
+
+def reflection_client(model: Any, *, probe: bool = True) -> Any:
+    """The optimizers' reflection model client (built only for methods that reflect)."""
+    from lcb.errors import LcbError
+    from optimizers.protocol.errors import JobError
+    from topologies.models import make_client, resolve_reflection_model
+
+    try:
+        config = resolve_reflection_model(model.id, list(model.endpoints) or None)
+    except LcbError as exc:
+        raise JobError(str(exc)) from None
+    if probe:
+        probe_endpoints(config.endpoints, api_key=config.api_key)
+    return make_client(config)
+
+
+def probe_endpoints(endpoints: tuple[str, ...], *, api_key: str = "EMPTY", timeout_s: float = 10.0) -> None:
+    """Fail fast (``JobError``) when none of the endpoints answers ``GET /models``."""
+    import httpx
+
+    failures = []
+    for url in endpoints:
+        try:
+            response = httpx.get(f"{url.rstrip('/')}/models", timeout=timeout_s,
+                                 headers={"Authorization": f"Bearer {api_key}"})
+        except httpx.HTTPError as exc:
+            failures.append(f"{url} ({type(exc).__name__})")
+            continue
+        if response.status_code < 500:
+            return  # reachable (even a 404 means a server is there)
+        failures.append(f"{url} (HTTP {response.status_code})")
+    from optimizers.protocol.errors import JobError
+
+    raise JobError(f"no model endpoint is reachable: {', '.join(failures)}")
+
+

@@ -194,7 +194,7 @@ def pass_by_difficulty(data: ReportData) -> Any:
     axes.set_ylim(0, 1.08)
     axes.set_ylabel("pass@1 on test problems")
     axes.set_title("pass@1 by difficulty (seed prompts vs each method's deployed prompts)", fontsize=10)
-    axes.legend(fontsize=8, ncol=min(4, len(arms)))
+    axes.legend(fontsize=8, ncol=min(5, len(arms)), loc="upper center", bbox_to_anchor=(0.5, -0.1))
     axes.grid(alpha=0.3, axis="y")
     figure.tight_layout()
     return figure

@@ -33,7 +33,7 @@ import sys
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import hydra
 
@@ -102,7 +102,7 @@ _PLAIN_VALUE = re.compile(r"^[\w.\-/:@+~%]*$")
 
 def _value(text: str) -> str:
     """An override value: as typed (so ``--seed 0,1,2`` still sweeps), quoted when it has spaces."""
-    if _PLAIN_VALUE.match(text) or "," in text and " " not in text:
+    if _PLAIN_VALUE.match(text) or ("," in text and " " not in text):
         return text
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
 
@@ -247,18 +247,37 @@ def check_group_choices(overrides: Iterable[str]) -> None:
                 raise UsageError(f"unknown {group} {choice!r}; available: {', '.join(options)}")
 
 
+def check_topology_knobs(overrides: Sequence[str]) -> None:
+    """``--rounds`` on a team without rounds (etc.): say so instead of Hydra's "use +key" advice."""
+    import yaml
+
+    found = _last(overrides, "topology")
+    if found is None or _is_sweep(found[1]):
+        return
+    path = CONF_DIR / "topology" / f"{found[1]}.yaml"
+    if not path.is_file():
+        return
+    knobs = set(yaml.safe_load(path.read_text(encoding="utf-8")) or {}) - {"name"}
+    for text in overrides:
+        parts = _split_override(text)
+        if parts and parts[0].startswith("topology.") and parts[0].split(".", 1)[1] not in knobs:
+            knob = parts[0].split(".", 1)[1]
+            raise UsageError(f"{knob} does not apply to the {found[1]} team (its settings: {', '.join(sorted(knobs))})")
+
+
 def to_overrides(argv: Sequence[str]) -> list[str]:
     overrides = flags_to_overrides(argv)
     overrides = resolve_registry_key(overrides)
     overrides = resolve_model_id(overrides)
     check_group_choices(overrides)
+    check_topology_knobs(overrides)
     return overrides
 
 
 # --------------------------------------------------------------------------- errors
 
 
-def fail(message: str) -> None:
+def fail(message: str) -> NoReturn:
     """One line on stderr and exit 2: the configuration cannot run."""
     sys.stderr.write(f"error: {one_line(message)}\n")
     sys.stderr.flush()
@@ -292,8 +311,6 @@ def _install_error_reporter() -> None:
     failed jobs exits non-zero.
     """
     import hydra._internal.utils as hydra_utils
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
 
     original: Callable[[Callable[[], Any]], Any] = hydra_utils.run_and_report
     if getattr(original, "_lcb_grid", False):
@@ -302,10 +319,8 @@ def _install_error_reporter() -> None:
     def run_and_report(func: Callable[[], Any]) -> Any:
         try:
             result = func()
-        except (HydraException, OmegaConfBaseException, ValueError) as exc:
-            if os.environ.get("HYDRA_FULL_ERROR") == "1":
-                raise
-            if isinstance(exc, ValueError) and not _is_config_error(exc):
+        except Exception as exc:  # noqa: BLE001 - sorted below; the rest goes to Hydra's report
+            if os.environ.get("HYDRA_FULL_ERROR") == "1" or not _is_config_error(exc):
                 return original(_reraise(exc))
             fail(str(exc))
         _count_failed_jobs(result)
@@ -316,9 +331,13 @@ def _install_error_reporter() -> None:
 
 
 def _is_config_error(exc: BaseException) -> bool:
+    """Hydra's composition and override errors, OmegaConf's value errors, and ours."""
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
     from optimizers.protocol.hydra_config import ConfigError
 
-    return isinstance(exc, (ConfigError, UsageError, cells.CellError))
+    return isinstance(exc, (HydraException, OmegaConfBaseException, ConfigError, UsageError, cells.CellError))
 
 
 def _reraise(exc: BaseException) -> Callable[[], Any]:
@@ -397,7 +416,8 @@ def run_task(cfg: Any) -> dict[str, Any]:
 
     logging.getLogger().setLevel(job.log_level)
     from optimizers.protocol.errors import JobError
-    from optimizers.protocol.job import probe_endpoints, run_job, summary_line
+    from optimizers.protocol.job import run_job, summary_line
+    from optimizers.protocol.lcb_system import probe_endpoints
 
     finished = job.phase == "all" and (job.out / "result.json").is_file()
     try:

@@ -240,11 +240,12 @@ class WandbTracker:
         """Final tables, artifact and summary, then ``run.finish()`` (only if a run was started)."""
         if self._finished:
             return
+        if self.run is not None and not self._dead:
+            self._safely("final records", self._final_records)
         self._finished = True
-        if self.run is None or self._dead:
-            return
-        self._safely("final records", self._final_records)
         run = self.run
+        if run is None:
+            return
         try:
             run.finish(exit_code=0 if status in ("completed", "done", "success") else 1)
         except Exception as exc:  # noqa: BLE001 - tracking must never fail the job

@@ -63,12 +63,16 @@ def test_backstop_kills_a_zygote_that_stopped_reporting(monkeypatch):
             for pid in sandbox.live_sandbox_processes():
                 with open(f"/proc/{pid}/stat") as fh:
                     parent = int(fh.read().rsplit(")", 1)[1].split()[1])
-                if parent == sandbox.fork_server_pid():
+                if parent == sandbox.fork_server_pid():  # the job's zygote
                     os.kill(pid, signal.SIGSTOP)
                     stopped.append(pid)
-            time.sleep(0.01)
+                    break
+            time.sleep(0.005)
 
     sandbox.run_in_sandbox(SandboxJob("exec", "pass", (("", ""),)))  # server up before freezing
+    settle = time.monotonic() + 3
+    while sandbox.live_sandbox_processes() and time.monotonic() < settle:
+        time.sleep(0.01)  # the warm-up zygote must be gone, or we would freeze it instead
     thread = threading.Thread(target=freeze)
     thread.start()
     began = time.monotonic()
@@ -79,7 +83,8 @@ def test_backstop_kills_a_zygote_that_stopped_reporting(monkeypatch):
     deadline = time.monotonic() + 3
     while sandbox.live_sandbox_processes() and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not sandbox.live_sandbox_processes()
+    left = sandbox.live_sandbox_processes()
+    assert not left, [open(f"/proc/{p}/stat").read() for p in left]
 
 
 def test_comparator_matches_official_rules():

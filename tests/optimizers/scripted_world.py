@@ -154,6 +154,74 @@ def fast_runtime() -> Any:
     return JobRuntime(retry_delay_s=0.0, client_max_retries=0, client_backoff_s=0.0, in_grid=False)
 
 
+def start_world(**options: Any) -> Any:
+    """A running scripted server for ``world_script(**options)`` (call ``.stop()`` when done)."""
+    from topologies.scripted import ScriptedServer
+
+    return ScriptedServer(world_script(**options)).start()
+
+
+def run_cli(base_url: str, out: Path, method: str, *extra: str, budget: int = 30, timeout_s: float = 300) -> Any:
+    """``python -m optimizers.protocol.run`` on built-in data against the scripted server."""
+    import subprocess
+
+    command = [
+        sys.executable, "-m", "optimizers.protocol.run", "--method", method, "--topology", "single",
+        "--model", MODEL_ID, "--seed", "0", "--out", str(out), "--budget", str(budget), "--data", "builtin",
+        "--allow-any-cell", "--task-endpoints", base_url, "--reflection-model", REFLECTION_ID,
+        "--reflection-endpoints", base_url, "--quiet", *extra,
+    ]
+    return subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=timeout_s, check=False)
+
+
+def run_and_kill(out: Path, base_url: str, overrides: Mapping[str, Any], *, kill_after_charged: int,
+                 timeout_s: float = 120) -> int:
+    """Run a job in a child process and SIGKILL it once ``kill_after_charged`` rollouts are charged.
+
+    Returns the charged count seen at the kill; raises if the job finished first (the test
+    would prove nothing).
+    """
+    import os
+    import signal
+    import subprocess
+    import time
+
+    attempts = out / "optimization" / "attempts.jsonl"
+    child = subprocess.Popen(
+        [sys.executable, str(Path(__file__).resolve()), str(out), base_url, json.dumps(dict(overrides))],
+        cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    deadline = time.monotonic() + timeout_s
+    try:
+        while time.monotonic() < deadline:
+            charged = _charged_lines(attempts)
+            if charged >= kill_after_charged:
+                child.send_signal(signal.SIGKILL)
+                child.wait(timeout=30)
+                if (out / "optimization.json").exists():
+                    raise AssertionError("the job finished its optimization before it could be killed")
+                return charged
+            if child.poll() is not None:
+                stderr = child.stderr.read().decode() if child.stderr else ""
+                raise AssertionError(f"the job ended before the kill (rc={child.returncode}): {stderr[-2000:]}")
+            time.sleep(0.01)
+        raise AssertionError("timed out waiting for charged rollouts")
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait(timeout=30)
+        if child.stderr:
+            child.stderr.close()
+
+
+def _charged_lines(path: Path) -> int:
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return 0
+    return sum(1 for line in data.split(b"\n")[:-1] if b'"charged": true' in line)
+
+
 def main(argv: list[str]) -> int:
     out, base_url, overrides = argv[0], argv[1], json.loads(argv[2])
     from optimizers.protocol.errors import JobError

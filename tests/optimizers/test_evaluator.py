@@ -147,22 +147,25 @@ def test_journal_replay_serves_finished_rollouts_and_recharges_in_order(tmp_path
 def test_resume_after_a_kill_mid_journal(tmp_path: Path) -> None:
     evaluator = make(CountingSystem(), 10, tmp_path)
     asyncio.run(evaluator.evaluate(SEED, IDS[:3]))
-    # Simulate a kill: the last rollout line never made it, and a half-written attempt line.
-    rollouts = (tmp_path / "rollouts.jsonl").read_text().splitlines(keepends=True)
-    (tmp_path / "rollouts.jsonl").write_text("".join(rollouts[:2]))
-    with (tmp_path / "attempts.jsonl").open("a") as handle:
+    # Simulate a kill: p2's final attempt line never made it (its rollout line did), and the
+    # process died half-way through writing p3's rollout line.
+    attempts = (tmp_path / "attempts.jsonl").read_text().splitlines(keepends=True)
+    (tmp_path / "attempts.jsonl").write_text("".join(attempts[:2]))
+    with (tmp_path / "rollouts.jsonl").open("a") as handle:
         handle.write('{"candidate_id": "trunc')
     system = CountingSystem()
     resumed = make(system, 10, tmp_path)
     assert resumed.resumed_rollouts == 3
-    assert len(list(read_jsonl(tmp_path / "rollouts.jsonl"))) == 3  # repaired from the attempt log
+    repaired = list(read_jsonl(tmp_path / "attempts.jsonl"))
+    assert len(repaired) == 3 and repaired[-1]["repaired"] and repaired[-1]["charged"]
     out = asyncio.run(resumed.evaluate(SEED, IDS[:4]))
     assert [c[1] for c in system.calls] == ["p3"]
     assert [r.charged for r in out] == [True] * 4 and resumed.budget.charged == 4
     attempts = list(read_jsonl(tmp_path / "attempts.jsonl"))
     charged_keys = [(a["candidate_id"], a["problem_id"]) for a in attempts if a["charged"]]
     assert len(charged_keys) == len(set(charged_keys)) == 4
-    assert all(json.loads(line) for line in (tmp_path / "attempts.jsonl").read_text().splitlines())
+    assert all(json.loads(line) for line in (tmp_path / "rollouts.jsonl").read_text().splitlines())
+    assert len(list(read_jsonl(tmp_path / "rollouts.jsonl"))) == 4
 
 
 def test_failed_attempts_before_a_kill_count_toward_retries(tmp_path: Path) -> None:

@@ -20,6 +20,8 @@ def _job(**overrides: object) -> JobConfig:
         "out": Path("runs/x"),
     }
     values.update(overrides)
+    # The method's knobs as conf/method/<method>.yaml sets them (none when it has no file yet).
+    values.setdefault("method_params", dict(cells.method_defaults(str(values["method"])) or {}))
     return JobConfig(**values)  # type: ignore[arg-type]
 
 

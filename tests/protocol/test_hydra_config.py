@@ -38,6 +38,9 @@ def options(group: str) -> list[str]:
 def test_every_method_composes(method: str) -> None:
     job = compose_job([f"method={method}", "topology=centralized", "seed=0"])
     assert job.method == method
+    # The knobs as composed are the file's own values (no interpolation), so a job run with the
+    # defaults is conformant as far as its method is concerned.
+    assert not [r for r in cells.conformance(job).reasons if "method knobs" in r]
 
 
 @pytest.mark.parametrize("topology", options("topology"))
@@ -192,6 +195,8 @@ def test_unknown_flags_and_group_options_fail_before_hydra() -> None:
         to_overrides(["-m", "method=identity", "topology=single,ring"])
     with pytest.raises(UsageError, match="needs a value"):
         to_overrides(["--seed"])
+    with pytest.raises(UsageError, match="rounds does not apply to the centralized team"):
+        to_overrides(["--method", "identity", "--topology", "centralized", "--rounds", "3"])
 
 
 def test_hydra_options_pass_through() -> None:

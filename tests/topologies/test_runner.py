@@ -120,6 +120,10 @@ def test_resume_skips_done_ids_and_plain_rerun_starts_over(server: ScriptedServe
     assert [r["id"] for r in read_jsonl(out_file)] == ["demo_stdin", "demo_functional"]
     assert summary_of(out)["n"] == 2
     assert (tmp_path / "traces" / "demo_functional.json").exists()
+    # resuming a narrower selection keeps the other records in the file
+    code, out, _ = cli("single", ["--only", "demo_functional", "--resume", *base], capsys)
+    assert code == 0 and summary_of(out)["n"] == 1
+    assert [r["id"] for r in read_jsonl(out_file)] == ["demo_stdin", "demo_functional"]
     # without --resume the file is rewritten from scratch
     assert cli("single", ["--only", "demo_functional", *base], capsys)[0] == 0
     assert [r["id"] for r in read_jsonl(out_file)] == ["demo_functional"]

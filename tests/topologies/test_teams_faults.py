@@ -218,6 +218,21 @@ def test_slow_agent_times_out_and_finished_agents_are_kept(problem: Any, topolog
     assert trajectory.error is None and trajectory.code == CORRECT
 
 
+@pytest.mark.parametrize("topology", ["independent", "decentralized"])
+def test_infrastructure_failure_of_one_agent_cancels_the_others(problem: Any, topology: str) -> None:
+    """The run will be retried anyway: the other agents must not keep calling the model."""
+    import time
+
+    failing = FunctionRule("seed1-503", lambda r: Reply("x") if r.body.get("seed") == 1 else None,
+                           faults=(Fault(FaultKind.STATUS, status=503),))
+    slow = FunctionRule("others-slow", lambda r: Reply("...") if r.body.get("seed") != 1 else None,
+                        latency_s=5.0)
+    started = time.perf_counter()
+    trajectory, _ = run_with(team_script(rules=(failing, slow)), spec_of(topology, 3), problem, max_retries=0)
+    assert trajectory.error_kind is ErrorKind.INFRASTRUCTURE
+    assert time.perf_counter() - started < 4.0
+
+
 def test_every_agent_timing_out_is_an_infrastructure_error(problem: Any) -> None:
     slow = FunctionRule("all-slow", lambda r: Reply("..."), latency_s=3.0)
     trajectory, _ = run_with(team_script(rules=(slow,)), spec_of("independent", 2), problem,

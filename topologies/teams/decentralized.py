@@ -8,7 +8,6 @@ peer that times out or hits a model error keeps its previous answer and sits out
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any, TypedDict
 
 from lcb.extract import Extraction
@@ -20,6 +19,7 @@ from topologies.teams.session import (
     RunContext,
     TeamResult,
     format_contract_for,
+    gather_or_cancel,
     output_contract_for,
     react,
 )
@@ -81,7 +81,7 @@ async def debate_round(state: State, runtime: Any) -> State:
             ctx.metrics.observe(f"{label(index)}@round{number}", standing.text)
         return standing
 
-    standings = tuple(await asyncio.gather(*(turn(i) for i in range(len(sessions)))))
+    standings = tuple(await gather_or_cancel(*(turn(i) for i in range(len(sessions)))))
     summary = [{"agent": label(s.index), "has_code": s.code is not None, "status": s.status}
                for s in standings]
     return {"round": number + 1, "sessions": sessions, "standings": standings,

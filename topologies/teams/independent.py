@@ -1,9 +1,12 @@
-"""independent: N ReAct coders solve alone in parallel; the most common program is submitted."""
+"""independent: N ReAct coders solve alone in parallel; the most common program is submitted.
+
+The coders run concurrently inside one node (so an infrastructure failure of one cancels the
+others at once instead of letting them spend calls on a run that will be retried anyway).
+"""
 
 from __future__ import annotations
 
-import operator
-from typing import Annotated, Any, TypedDict
+from typing import Any, TypedDict
 
 from lcb.extract import Extraction
 from topologies.teams import notes
@@ -12,6 +15,7 @@ from topologies.teams.session import (
     RunContext,
     TeamResult,
     format_contract_for,
+    gather_or_cancel,
     output_contract_for,
     react,
 )
@@ -22,8 +26,7 @@ ROLE = "coder"
 
 
 class State(TypedDict, total=False):
-    index: int
-    standings: Annotated[list[Standing], operator.add]
+    standings: tuple[Standing, ...]
     result: TeamResult
 
 
@@ -31,20 +34,11 @@ def label(index: int) -> str:
     return f"{ROLE}#{index}"
 
 
-def fan_out(state: State, runtime: Any) -> list[Any]:
-    from langgraph.types import Send
-
-    ctx: RunContext = runtime.context
-    return [Send("coder", {"index": i}) for i in range(ctx.spec.team_size)]
-
-
-async def coder(state: State, runtime: Any) -> State:
-    ctx: RunContext = runtime.context
-    index = state["index"]
+async def coder(ctx: RunContext, index: int) -> Standing:
     limits = ctx.limits
     decoding = ctx.agent_decoding(index, replica=True)
-    system = notes.compose(ctx.role_prompt(ROLE), notes.independent_note(ctx.spec.team_size, limits.coder_calls),
-                           format_contract_for(ctx), output_contract_for(ctx))
+    note = notes.independent_note(ctx.spec.team_size, limits.coder_calls)
+    system = notes.compose(ctx.role_prompt(ROLE), note, format_contract_for(ctx), output_contract_for(ctx))
     session = ctx.session(ROLE, agent=label(index), system_prompt=system, decoding=decoding)
     session.add_user(ctx.question)
     tools = toolbox(python_exec_tool(limits.tool_timeout_s))
@@ -52,11 +46,17 @@ async def coder(state: State, runtime: Any) -> State:
                                   seed=decoding.seed, timeout_s=limits.agent_timeout_s)
     if standing.status == "ok":
         ctx.metrics.observe(label(index), standing.text)
-    return {"standings": [standing]}
+    return standing
+
+
+async def coders(state: State, runtime: Any) -> State:
+    ctx: RunContext = runtime.context
+    standings = await gather_or_cancel(*(coder(ctx, i) for i in range(ctx.spec.team_size)))
+    return {"standings": tuple(standings)}
 
 
 async def vote(state: State, runtime: Any) -> State:
-    standings = sorted(state.get("standings", []), key=lambda s: s.index)
+    standings = state.get("standings", ())
     chosen = select(standings)
     winner = standings[chosen.winner] if chosen.winner is not None else None
     extras = {
@@ -76,10 +76,10 @@ def build(spec: TeamSpec) -> Any:
     from langgraph.graph import END, START, StateGraph
 
     graph = StateGraph(State, context_schema=RunContext)
-    graph.add_node("coder", coder)
+    graph.add_node("coders", coders)
     graph.add_node("vote", vote)
-    graph.add_conditional_edges(START, fan_out, ["coder"])
-    graph.add_edge("coder", "vote")
+    graph.add_edge(START, "coders")
+    graph.add_edge("coders", "vote")
     graph.add_edge("vote", END)
     return graph.compile()
 

@@ -8,7 +8,7 @@ concurrent runs). ``react`` is the bounded tool loop all tool-using agents share
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -20,7 +20,7 @@ from lcb.prompts import format_question
 from topologies.formats import FormatMetrics
 from topologies.teams.limits import TeamLimits
 from topologies.teams.tools import ToolBox
-from topologies.types import ChatClient, Decoding, Message, TeamSpec, Usage
+from topologies.types import ChatClient, Decoding, ErrorKind, Message, TeamSpec, Usage
 
 BUDGET_NOTE = (
     "Your tool budget for this turn is used up: no more tool calls are possible. Reply now with "
@@ -219,6 +219,20 @@ def finish_turn(session: AgentSession, *, since: int, calls: int, capped: bool) 
     return TurnResult(text, found, salvaged, calls, capped)
 
 
+async def gather_or_cancel(*awaitables: Awaitable[Any]) -> list[Any]:
+    """``asyncio.gather`` that cancels the siblings when one fails (plain gather leaves them
+    running: an infrastructure error would otherwise leave agents calling the model after the
+    run has already been reported as failed)."""
+    tasks = [asyncio.ensure_future(a) for a in awaitables]
+    try:
+        return list(await asyncio.gather(*tasks))
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
+
+
 async def run_tool_calls(session: AgentSession, reply: AIMessage, toolbox: ToolBox) -> None:
     """Execute all tool calls of a reply concurrently; answer each in order."""
     requests = tool_requests(reply)
@@ -228,7 +242,7 @@ async def run_tool_calls(session: AgentSession, reply: AIMessage, toolbox: ToolB
             return f"error: could not read the call to {request['name'] or 'a tool'}: {request['error']}"
         return await toolbox.run(request["name"], request["args"])
 
-    outputs = await asyncio.gather(*(one(r) for r in requests))
+    outputs = await gather_or_cancel(*(one(r) for r in requests))
     for request, output in zip(requests, outputs, strict=True):
         name = request["name"] or "unknown"
         session.add(ToolMessage(content=output, tool_call_id=request["id"], name=name),
@@ -292,7 +306,7 @@ class TeamResult:
     extraction: Extraction
     extras: Mapping[str, Any] = field(default_factory=dict)
     error: str | None = None
-    error_kind: Any = None  # ErrorKind | None
+    error_kind: ErrorKind | None = None
 
 
 def output_contract_for(ctx: RunContext, *, finishing_note: str = "") -> str:

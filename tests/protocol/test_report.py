@@ -1,0 +1,151 @@
+"""The comparison report: from handwritten job folders (numbers, panels, partial/empty roots) and
+opened in headless Chromium (non-blank, every panel present)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from report_fixtures import write_grid, write_job  # noqa: E402
+
+from optimizers.protocol import report  # noqa: E402
+from optimizers.protocol.report_data import load  # noqa: E402
+from optimizers.protocol.report_plots import PANELS  # noqa: E402
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def _png_ok(data: bytes) -> tuple[int, int]:
+    import io
+
+    from PIL import Image
+
+    image = Image.open(io.BytesIO(data))
+    image.load()
+    return image.size
+
+
+def test_cells_carry_the_aggregate_statistics(tmp_path: Path) -> None:
+    write_grid(tmp_path)
+    data = load([tmp_path], replicates=200)
+    by_key = {(c.method, c.runtime): c for c in data.cells}
+    gepa = by_key[("gepa", "sequential")]
+    assert gepa.complete and gepa.seeds == (0, 1, 2)
+    # gains per seed: 1, 1, 2 problems of 6 -> 16.67, 16.67, 33.33 pp
+    assert gepa.comparison is not None
+    assert gepa.comparison.mean_delta_pp == pytest.approx((100 / 6 + 100 / 6 + 200 / 6) / 3)
+    low, high = gepa.comparison.ci95_pp
+    assert low <= gepa.comparison.mean_delta_pp <= high
+    mipro = by_key[("mipro", "decentralized")]
+    assert not mipro.complete and mipro.comparison is not None  # partial: drawn from seed 0 only
+    assert any("missing seed(s) 1, 2" in note for note in data.notes)
+    tavo = [j for j in data.jobs if j.method == "tavo"]
+    assert sum(j.fell_back for j in tavo) == 2
+    assert all(j.curve and j.curve[0][0] == 10 for j in data.jobs)
+    assert {d for j in data.jobs for d in j.difficulty.values()} <= {"easy", "medium", "hard"}
+
+
+def test_cli_writes_html_pngs_and_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write_grid(tmp_path / "runs")
+    out = tmp_path / "report"
+    assert report.main([str(tmp_path / "runs"), "--out", str(out), "--bootstrap", "200"]) == 0
+    assert json.loads(capsys.readouterr().out) == {"html": str(out / "report.html"), "cells": 5, "jobs": 13}
+    html = (out / "report.html").read_text()
+    for panel_id in PANELS:
+        width, height = _png_ok((out / f"{panel_id}.png").read_bytes())
+        assert width > 300 and height > 150
+        assert f'id="panel-{panel_id}"' in html
+    embedded = re.findall(r'src="data:image/png;base64,([^"]+)"', html)
+    assert len(embedded) == len(PANELS)
+    for payload in embedded:
+        _png_ok(base64.b64decode(payload))
+    assert "src=\"http" not in html and "<script" not in html  # self-contained
+    summary = json.loads((out / "report.json").read_text())
+    gepa = next(c for c in summary["cells"] if c["method"] == "gepa" and c["runtime"] == "sequential")
+    assert gepa["delta_pp"] == pytest.approx(22.222, abs=1e-3) and gepa["complete"]
+
+
+def test_nonconformant_results_need_the_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write_job(tmp_path, method="gepa", topology="sequential", seed=0, gain=1, conformant=False)
+    assert report.main([str(tmp_path), "--out", str(tmp_path / "r")]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: no usable result.json") and "--include-nonconformant" in err
+    assert report.main([str(tmp_path), "--out", str(tmp_path / "r"), "--include-nonconformant",
+                        "--bootstrap", "100"]) == 0
+
+
+def test_empty_and_broken_roots_say_so_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert report.main([str(tmp_path / "nothing"), "--out", str(tmp_path / "r")]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith("error: no usable result.json under")
+    broken = tmp_path / "broken" / "job"
+    broken.mkdir(parents=True)
+    (broken / "result.json").write_text("{not json")
+    assert report.main([str(tmp_path / "broken"), "--out", str(tmp_path / "r")]) == 1
+    assert "1 unreadable result(s) skipped" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_info:
+        report.main([str(tmp_path), "--out", str(tmp_path / "r"), "--seeds", "a,b"])
+    assert exit_info.value.code == 2
+
+
+def test_a_run_without_curves_or_test_difficulty_still_gets_every_panel(tmp_path: Path) -> None:
+    folder = write_job(tmp_path, method="gepa", topology="sequential", seed=0, gain=1)
+    (folder / "optimization" / "learning_curve.jsonl").unlink()
+    (folder / "job.json").unlink()  # no data source known: difficulty 'unknown'
+    written = report.write_report(load([tmp_path], replicates=100), tmp_path / "out", [tmp_path])
+    assert set(PANELS) <= set(written)
+    data = load([tmp_path], replicates=100)
+    assert set(data.jobs[0].difficulty.values()) == {"unknown"}
+
+
+def test_wandb_flag_offline_is_one_clear_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    write_grid(tmp_path / "runs")
+    assert report.main([str(tmp_path / "runs"), "--out", str(tmp_path / "r"), "--wandb", "--bootstrap", "100"]) == 0
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("--wandb")]
+    assert lines == ["--wandb: W&B is offline (WANDB_MODE=offline); sync the runs (wandb sync) and rerun online"]
+    assert (tmp_path / "r" / "report.html").is_file()
+
+
+def screenshot(html: Path, target: Path) -> str:
+    """Open the page in headless Chromium: returns the DOM it rendered and writes a screenshot."""
+    assert CHROMIUM is not None
+    flags = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+             "--hide-scrollbars", "--window-size=1280,3400"]
+    shot = subprocess.run([*flags, f"--screenshot={target}", html.as_uri()], capture_output=True, text=True,
+                          timeout=120, stdin=subprocess.DEVNULL, check=False)
+    assert shot.returncode == 0, shot.stderr[-500:]
+    dom = subprocess.run([*flags, "--dump-dom", html.as_uri()], capture_output=True, text=True, timeout=120,
+                         stdin=subprocess.DEVNULL, check=False)
+    assert dom.returncode == 0, dom.stderr[-500:]
+    return dom.stdout
+
+
+def assert_rendered(dom: str, shot: Path) -> None:
+    from PIL import Image
+
+    for panel_id in ("summary", *PANELS):
+        assert f'id="panel-{panel_id}"' in dom
+    assert dom.count("data:image/png;base64,") == len(PANELS)
+    image = Image.open(shot).convert("L")
+    histogram = image.histogram()
+    non_white = sum(histogram[:245]) / sum(histogram)
+    assert non_white > 0.03, f"the screenshot is (nearly) blank: {non_white:.3%} non-white pixels"
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install -y chromium)")
+def test_report_renders_in_headless_chromium(tmp_path: Path) -> None:
+    write_grid(tmp_path / "runs")
+    written = report.write_report(load([tmp_path / "runs"], replicates=200), tmp_path / "out", [tmp_path / "runs"])
+    dom = screenshot(written["html"], tmp_path / "shot.png")
+    assert_rendered(dom, tmp_path / "shot.png")
