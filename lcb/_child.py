@@ -673,6 +673,12 @@ def serve(sock_fd: int) -> None:
                 os.setsid()
                 _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
                 _zygote_main(message.decode(), fds[0])
+            # Tell the harness the zygote's pid ourselves: it can then kill a zygote that
+            # never got as far as reporting (a small write to a fresh pipe does not block).
+            try:
+                os.write(fds[0], (json.dumps({"event": "started", "pid": pid}) + "\n").encode())
+            except OSError:
+                pass
             os.close(fds[0])
             zygotes.add(pid)
         _reap(zygotes)

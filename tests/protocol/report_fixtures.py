@@ -5,10 +5,15 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
 from optimizers.journal import write_sealed
+from optimizers.protocol.report_plots import PANELS
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
 PROBLEMS = ("demo_stdin", "demo_functional", "builtin_palindrome_anagram", "builtin_trapped_water",
             "builtin_merge_intervals", "builtin_job_scheduling")
@@ -78,3 +83,29 @@ def write_grid(root: Path) -> list[Path]:
                                          gain=gain + (seed == 2), fallback=(method == "tavo" and seed == 0)))
     folders.append(write_job(root, method="mipro", topology="decentralized", seed=0, gain=2))
     return folders
+
+
+def screenshot(html: Path, target: Path) -> str:
+    """Open the page in headless Chromium: returns the DOM it rendered and writes a screenshot."""
+    assert CHROMIUM is not None
+    flags = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+             "--hide-scrollbars", "--window-size=1280,3400"]
+    shot = subprocess.run([*flags, f"--screenshot={target}", html.as_uri()], capture_output=True, text=True,
+                          timeout=120, stdin=subprocess.DEVNULL, check=False)
+    assert shot.returncode == 0, shot.stderr[-500:]
+    dom = subprocess.run([*flags, "--dump-dom", html.as_uri()], capture_output=True, text=True, timeout=120,
+                         stdin=subprocess.DEVNULL, check=False)
+    assert dom.returncode == 0, dom.stderr[-500:]
+    return dom.stdout
+
+
+def assert_rendered(dom: str, shot: Path) -> None:
+    from PIL import Image
+
+    for panel_id in ("summary", *PANELS):
+        assert f'id="panel-{panel_id}"' in dom
+    assert dom.count("data:image/png;base64,") == len(PANELS)
+    image = Image.open(shot).convert("L")
+    histogram = image.histogram()
+    non_white = sum(histogram[:245]) / sum(histogram)
+    assert non_white > 0.03, f"the screenshot is (nearly) blank: {non_white:.3%} non-white pixels"

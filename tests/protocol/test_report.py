@@ -6,8 +6,6 @@ from __future__ import annotations
 import base64
 import json
 import re
-import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -15,14 +13,11 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from report_fixtures import write_grid, write_job  # noqa: E402
+from report_fixtures import CHROMIUM, assert_rendered, screenshot, write_grid, write_job  # noqa: E402
 
 from optimizers.protocol import report  # noqa: E402
 from optimizers.protocol.report_data import load  # noqa: E402
 from optimizers.protocol.report_plots import PANELS  # noqa: E402
-
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
-
 
 def _png_ok(data: bytes) -> tuple[int, int]:
     import io
@@ -115,32 +110,6 @@ def test_wandb_flag_offline_is_one_clear_line(tmp_path: Path, capsys: pytest.Cap
     lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("--wandb")]
     assert lines == ["--wandb: W&B is offline (WANDB_MODE=offline); sync the runs (wandb sync) and rerun online"]
     assert (tmp_path / "r" / "report.html").is_file()
-
-
-def screenshot(html: Path, target: Path) -> str:
-    """Open the page in headless Chromium: returns the DOM it rendered and writes a screenshot."""
-    assert CHROMIUM is not None
-    flags = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-             "--hide-scrollbars", "--window-size=1280,3400"]
-    shot = subprocess.run([*flags, f"--screenshot={target}", html.as_uri()], capture_output=True, text=True,
-                          timeout=120, stdin=subprocess.DEVNULL, check=False)
-    assert shot.returncode == 0, shot.stderr[-500:]
-    dom = subprocess.run([*flags, "--dump-dom", html.as_uri()], capture_output=True, text=True, timeout=120,
-                         stdin=subprocess.DEVNULL, check=False)
-    assert dom.returncode == 0, dom.stderr[-500:]
-    return dom.stdout
-
-
-def assert_rendered(dom: str, shot: Path) -> None:
-    from PIL import Image
-
-    for panel_id in ("summary", *PANELS):
-        assert f'id="panel-{panel_id}"' in dom
-    assert dom.count("data:image/png;base64,") == len(PANELS)
-    image = Image.open(shot).convert("L")
-    histogram = image.histogram()
-    non_white = sum(histogram[:245]) / sum(histogram)
-    assert non_white > 0.03, f"the screenshot is (nearly) blank: {non_white:.3%} non-white pixels"
 
 
 @pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install -y chromium)")

@@ -71,7 +71,14 @@ def python_exec_tool(timeout_s: float) -> Tool:
             return "error: python_exec needs a string 'code' and an optional string 'stdin'"
         from lcb.tools import apython_exec
 
-        result = await apython_exec(code, stdin, timeout_s)
+        try:
+            result = await apython_exec(code, stdin, timeout_s)
+        except Exception as exc:  # noqa: BLE001 - our harness failed, not the agent
+            # Not the team's fault: classify like a transport failure so the rollout is retried.
+            from topologies.types import ErrorKind, ModelCallError
+
+            raise ModelCallError(f"python_exec sandbox failed: {type(exc).__name__}: {exc}",
+                                 ErrorKind.INFRASTRUCTURE) from exc
         return result.render()
 
     return Tool(
