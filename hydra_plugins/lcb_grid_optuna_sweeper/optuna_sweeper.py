@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from hydra.core.config_store import ConfigStore
+from hydra.errors import HydraException
 from hydra.plugins.sweeper import Sweeper
 
 log = logging.getLogger(__name__)
@@ -71,8 +72,9 @@ class OptunaSweeperConf:
 ConfigStore.instance().store(group="hydra/sweeper", name="lcb_optuna", node=OptunaSweeperConf, provider="lcb-grid")
 
 
-class SweepError(ValueError):
-    """A sweep configuration that cannot run; the message is one line."""
+class SweepError(HydraException, ValueError):
+    """A sweep that cannot run; the message is one line (a HydraException, so the app reports it
+    as one ``error:`` line like any other configuration error)."""
 
 
 # --------------------------------------------------------------------------- search space
@@ -132,7 +134,7 @@ def search_space(overrides: Sequence[Any]) -> SearchSpace:
         else:
             fixed.append(f"{override.get_key_element()}={override.get_value_element_as_str()}")
     if not distributions:
-        raise SweepError("nothing to tune: give at least one sweep (e.g. method.batch_size=range(1,9)) "
+        raise SweepError("nothing to tune: give at least one sweep (e.g. 'method.train_batch_size=range(2,9)') "
                          "on the command line or in hydra.sweeper.params")
     return SearchSpace(distributions, tuple(fixed))
 

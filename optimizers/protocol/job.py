@@ -159,7 +159,21 @@ class Job:
 
     # ---------------------------------------------------------------- phases
 
+    def _connect_models(self) -> None:
+        """Resolve (and probe) the models a pending phase will call, before the folder exists.
+
+        An unreachable task or reflection endpoint, from flags or from the environment, must fail
+        the job with nothing written; a finished job needs no model and returns at once.
+        """
+        if self.cfg.phase == "all" and self.store.read("result") is not None:
+            return
+        _ = self.client
+        if self.cfg.phase in ("optimize", "all") and self.store.read("optimization") is None:
+            if getattr(get_optimizer_class(self.cfg.method), "needs_reflection", True):
+                _ = self.reflection
+
     async def run(self) -> dict[str, Any]:
+        self._connect_models()
         with self.store.lock():
             self.store.ensure_job(self.identity.record(self.seed_candidate, self.split_ids))
             phase = self.cfg.phase

@@ -138,3 +138,10 @@ def test_pip_check_is_clean() -> None:
     import optuna
 
     assert tuple(int(p) for p in optuna.__version__.split(".")[:2]) >= (3, 4)
+
+
+def test_a_sweep_without_a_search_space_is_one_error_line(tmp_path: Path) -> None:
+    done = run_app(["-m", "hydra/sweeper=optuna", *job_overrides("http://127.0.0.1:9/v1", tmp_path), "seed=0"])
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines()[-1].startswith("error: nothing to tune")
+    assert "Traceback" not in done.stderr

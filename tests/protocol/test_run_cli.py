@@ -21,8 +21,9 @@ REPO = Path(__file__).resolve().parents[2]
 SCRIPTED_ANSWER = "```python\nprint(0)\n```"
 
 
-def run_app(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+def run_app(*args: str, cwd: Path, extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
+    env.update(extra_env or {})
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     return subprocess.run([sys.executable, "-m", "optimizers.protocol.run", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=240)
@@ -83,6 +84,36 @@ def test_unreachable_endpoint_leaves_no_job_folder(tmp_path: Path) -> None:
     proc = run_app("--method", "identity", "--topology", "single", *COMMON, "--data", "builtin", "--budget", "4",
                    "--allow-any-cell", "--task-endpoints", closed_port_url(), "--out", "job", cwd=tmp_path)
     assert proc.returncode == 2
+    assert proc.stderr.startswith("error: ") and proc.stderr.count("\n") == 1, proc.stderr
+    assert "reachable" in proc.stderr
+    assert not (tmp_path / "job").exists()
+
+
+@pytest.mark.parametrize("variable", ["TASK_ENDPOINTS", "REFLECTION_MODEL_BASE_URL"])
+def test_unreachable_endpoint_from_the_environment_leaves_no_job_folder(
+    tmp_path: Path, server: object, variable: str
+) -> None:
+    # The task model is reachable through the flag; the broken endpoint comes from the environment
+    # (task: replaces nothing given explicitly, so use it alone; reflection: only methods that reflect).
+    env = {variable: closed_port_url()}
+    args = ["--method", "identity", "--topology", "single", *COMMON, "--data", "builtin", "--budget", "4",
+            "--allow-any-cell", "--out", "job"]
+    if variable == "REFLECTION_MODEL_BASE_URL":
+        from optimizers.registry import MethodUnavailable, available_methods, get_optimizer_class
+
+        reflecting = []
+        for name in available_methods():
+            try:
+                if get_optimizer_class(name).needs_reflection:
+                    reflecting.append(name)
+            except MethodUnavailable:
+                continue
+        if not reflecting:
+            pytest.skip("no reflecting method in this build")
+        args[1] = reflecting[0]
+        args += ["--task-endpoints", server.base_url]
+    proc = run_app(*args, cwd=tmp_path, extra_env=env)
+    assert proc.returncode == 2, proc.stderr
     assert proc.stderr.startswith("error: ") and proc.stderr.count("\n") == 1, proc.stderr
     assert "reachable" in proc.stderr
     assert not (tmp_path / "job").exists()
