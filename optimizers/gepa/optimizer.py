@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -152,6 +152,11 @@ class _Progress:
 
 @register_optimizer("gepa")
 class GEPAOptimizer(Optimizer):
+    @classmethod
+    def check_params(cls, params: Mapping[str, Any]) -> None:
+        """Refuse unknown or malformed knobs before a job starts (ValueError, one line)."""
+        params_from(GEPAParams, params, "gepa")
+
     async def optimize(
         self, seed: Candidate, *, train: Sequence[str], val: Sequence[str], ctx: OptimizeContext
     ) -> OptimizationResult:

@@ -18,7 +18,7 @@ trial the remaining budget cannot pay is not started).
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -111,6 +111,11 @@ class _Space:
 
 @register_optimizer("mipro")
 class MIPROOptimizer(Optimizer):
+    @classmethod
+    def check_params(cls, params: Mapping[str, Any]) -> None:
+        """Refuse unknown or malformed knobs before a job starts (ValueError, one line)."""
+        params_from(MIPROParams, params, "mipro")
+
     async def optimize(
         self, seed: Candidate, *, train: Sequence[str], val: Sequence[str], ctx: OptimizeContext
     ) -> OptimizationResult:

@@ -98,6 +98,11 @@ def validation_batch_size(params: TAVOParams, budget: int, val_size: int) -> int
 
 @register_optimizer("tavo")
 class TAVOOptimizer(Optimizer):
+    @classmethod
+    def check_params(cls, params: Mapping[str, Any]) -> None:
+        """Refuse unknown or malformed knobs before a job starts (ValueError, one line)."""
+        params_from(TAVOParams, params, "tavo")
+
     async def optimize(
         self, seed: Candidate, *, train: Sequence[str], val: Sequence[str], ctx: OptimizeContext
     ) -> OptimizationResult:

@@ -1,0 +1,154 @@
+"""GEPA: end to end through the Hydra app and run_job on the scripted world, plus its stop logic."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from optimizers.budget import Budget
+from optimizers.candidate import Candidate
+from optimizers.gepa.adapter import CandidateBook, GEPAWatch
+from optimizers.journal import read_jsonl, read_sealed
+from optimizers.protocol.errors import JobError
+from optimizers.protocol.job import run_job
+from scripted_world import MARKER, fast_runtime, run_cli, start_world, world_job_config
+
+
+@pytest.fixture(scope="module")
+def useful() -> Any:
+    server = start_world(world="useful")
+    yield server
+    server.stop()
+
+
+def figures(out: Path) -> dict[str, Any]:
+    optimization = read_sealed(out / "optimization.json")
+    reflection = optimization["metadata"]["reflection"]
+    return {"charged": optimization["budget"]["charged"], "reflection_calls": reflection["calls"],
+            "reflection_tokens": reflection["total_tokens"], "stop": optimization["stop_reason"]}
+
+
+def test_gepa_cli_improves_validation_and_deploys(tmp_path: Path, useful: Any) -> None:
+    out = tmp_path / "job"
+    done = run_cli(useful.base_url, out, "gepa", "method.reflection_minibatch_size=2", budget=30)
+    assert done.returncode == 0, done.stderr[-3000:]
+    line = json.loads(done.stdout.strip().splitlines()[-1])
+    assert line["status"] == "completed" and line["fallback_reason"] is None
+    assert line["deployed_mean"] > line["baseline_mean"]
+    selection = read_sealed(out / "selection.json")
+    assert selection["selected_candidate"] == "incumbent"
+    assert selection["incumbent_validation_score"] > selection["baseline_validation_score"]
+    assert MARKER in selection["deployed_candidate"]["components"]["role/solver"]
+    optimization = read_sealed(out / "optimization.json")
+    assert optimization["metadata"]["params"]["reflection_minibatch_size"] == 2  # the override arrived
+    assert optimization["budget"]["charged"] <= 30
+    curve = list(read_jsonl(out / "optimization" / "learning_curve.jsonl"))
+    assert curve[0]["reason"] == "initial_state" and curve[-1]["reason"] == "stop"
+    assert curve[-1]["final_candidate_id"] == selection["incumbent_candidate"]["id"]
+    history = optimization["history"]
+    assert history[0]["event"] == "seed_validation" and history[-1]["incumbent_val_score"] == 1.0
+    # The reflection model saw our grader feedback, not only a score.
+    prompts = [r["prompt"] for r in read_jsonl(out / "optimization" / "native" / "reflection.jsonl")]
+    assert prompts and all("hidden tests" in p and "wrong_answer" in p for p in prompts)
+    numbers = figures(out)
+    assert numbers["reflection_calls"] >= 1 and numbers["reflection_tokens"] > 0
+    print(f"\n[gepa figure] {numbers}")
+
+
+def test_gepa_keeps_the_seed_when_reflection_proposes_nothing_useful(tmp_path: Path) -> None:
+    server = start_world(world="useless")
+    try:
+        result = run_job(world_job_config(tmp_path / "job", server.base_url, method="gepa", budget=24),
+                         fast_runtime())
+    finally:
+        server.stop()
+    assert result["selection"]["selected_candidate"] == "seed"
+    assert result["test"]["delta_pp"] == 0.0
+    optimization = read_sealed(tmp_path / "job" / "optimization.json")
+    assert optimization["metadata"]["proposals"] >= 1  # it did try
+    assert optimization["incumbent_candidate"]["id"] == optimization["seed_candidate"]["id"]
+
+
+def test_gepa_decentralized_team_evolves_roles_and_protocol(tmp_path: Path, useful: Any) -> None:
+    config = world_job_config(tmp_path / "job", useful.base_url, method="gepa", topology="decentralized",
+                              team_size=2, budget=40, method_params={"use_merge": False})
+    result = run_job(config, fast_runtime())
+    optimization = read_sealed(tmp_path / "job" / "optimization.json")
+    assert optimization["metadata"]["components"] == ["protocol/handoff", "role/debater"]
+    assert MARKER in optimization["incumbent_candidate"]["components"]["role/debater"]
+    assert result["selection"]["selected_candidate"] == "incumbent"
+    assert optimization["budget"]["charged"] <= 40
+
+
+def test_unknown_gepa_parameter_is_a_one_line_job_error(tmp_path: Path, useful: Any) -> None:
+    config = world_job_config(tmp_path / "job", useful.base_url, method="gepa", method_params={"minibatch": 3})
+    with pytest.raises(JobError, match="unknown parameter"):
+        run_job(config, fast_runtime())
+
+
+# ------------------------------------------------------------------------------------------------
+# Stop logic and incumbent choice (pure)
+
+
+class _State:
+    def __init__(self, evals: int) -> None:
+        self.total_num_evals = evals
+
+
+def _watch(budget: Budget, **overrides: Any) -> GEPAWatch:
+    values = {"budget": budget, "min_budget_for_iteration": 6, "plateau_patience": 2, "metric_call_cap": 100,
+              "max_idle_iterations": 3}
+    values.update(overrides)
+    return GEPAWatch(**values)
+
+
+def test_watch_stops_for_budget_plateau_cap_and_idling() -> None:
+    budget = Budget(10)
+    watch = _watch(budget)
+    assert not watch(_State(0))
+    for _ in range(5):
+        reservation = budget.reserve()
+        assert reservation is not None
+        budget.cancel(reservation)  # reservations alone never stop it
+    assert not watch(_State(0))
+
+    watch.note_full_eval(0.5, seed=True)
+    watch.note_full_eval(0.5, seed=False)  # no new best
+    assert not watch(_State(0))
+    watch.note_full_eval(0.75, seed=False)  # new best resets the count
+    watch.note_full_eval(0.25, seed=False)
+    assert not watch(_State(0))
+    watch.note_full_eval(0.75, seed=False)
+    assert watch(_State(0)) and watch.stop_reason == "full_eval_plateau"
+
+    assert _watch(Budget(5))(_State(0))  # cannot pay parent + child minibatches
+    capped = _watch(Budget(100))
+    assert capped(_State(100)) and capped.stop_reason == "max_full_evals"
+    idle = _watch(Budget(100))
+    for _ in range(3):
+        idle.on_iteration_start({})
+        idle.on_iteration_end({})
+    assert idle(_State(0)) and idle.stop_reason == "stalled_without_rollouts"
+    exhausted = _watch(Budget(100))
+    exhausted.exhausted = True
+    assert exhausted(_State(0)) and exhausted.stop_reason == "rollout_budget_spent"
+
+
+def test_incumbent_is_best_complete_validation_with_seed_winning_ties() -> None:
+    seed = Candidate({"role/a": "seed", "protocol/p": "x"})
+    book = CandidateBook(seed=seed, keys=("role/a",))
+    assert book.candidate({"role/a": "seed"}) is seed
+    tie = book.candidate({"role/a": "tie"})
+    better = book.candidate({"role/a": "better"})
+    cut = book.candidate({"role/a": "cut"})
+    assert tie.parent == seed.id and tie.components["protocol/p"] == "x"
+    val = ["v1", "v2"]
+    book.val_scores = {seed.id: {"v1": 1.0, "v2": 0.0}, tie.id: {"v1": 0.0, "v2": 1.0},
+                       better.id: {"v1": 1.0}, cut.id: {"v1": 1.0, "v2": 1.0}}
+    book.val_incomplete = {cut.id}
+    assert book.best(val) == (seed, 0.5)  # better's evaluation is partial, cut's was cut by budget
+    book.val_scores[better.id]["v2"] = 1.0
+    assert book.best(val) == (better, 1.0)
