@@ -376,9 +376,19 @@ def outcome_line(rollout: Any) -> str:
     return f"{head}\n{feedback}" if feedback else head
 
 
-def team_description(role_names: Sequence[str], topology_hint: str | None = None) -> str:
-    kind = topology_hint or ("a single agent" if len(role_names) == 1 else f"a team of {len(role_names)} roles")
-    return f"{kind}: " + ", ".join(role_names)
+def team_description(role_names: Sequence[str], agents: int | None = None) -> str:
+    """``a single agent (solver)`` / ``a team of 2 agents sharing the role prompt(s): debater``."""
+    if agents is None or agents < len(role_names):
+        agents = len(role_names)
+    if agents == 1:
+        return f"a single agent ({role_names[0]})"
+    shared = " sharing" if agents > len(role_names) else " with"
+    return f"a team of {agents} agents{shared} the role prompt(s): {', '.join(role_names)}"
+
+
+def agents_in_trace(trace: Sequence[Mapping[str, Any]]) -> int:
+    """How many distinct agents spoke (several agents may share one role prompt)."""
+    return len({(m.get("source"), m.get("agent")) for m in trace if m.get("kind") == "ai"})
 
 
 

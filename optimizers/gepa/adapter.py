@@ -27,6 +27,7 @@ from optimizers.reflection import (
     ReflectionModel,
     ReflectionUnavailable,
     RolloutGuard,
+    agents_in_trace,
     clip,
     outcome_line,
     render_trace,
@@ -198,7 +199,6 @@ class LcbGEPAAdapter:
         val_ids: Sequence[str],
         bridge: LoopBridge,
         guard: RolloutGuard,
-        multi_role: bool,
     ) -> None:
         self.evaluator = evaluator
         self.book = book
@@ -206,7 +206,6 @@ class LcbGEPAAdapter:
         self.val_ids = frozenset(val_ids)
         self.bridge = bridge
         self.guard = guard
-        self.multi_role = multi_role
         self.watch = bridge.watch
 
     def _phase(self, problem_id: str) -> str:
@@ -264,7 +263,7 @@ class LcbGEPAAdapter:
             role = key[len("role/"):]
             record[f"What the {role} role wrote"] = render_trace(trace, role=role, each=1500, total=4000) or (
                 "(this role did not speak in this run)")
-            if self.multi_role:
+            if agents_in_trace(trace) > 1:
                 record["Rest of the team conversation"] = render_trace(trace, each=600, total=2500)
         else:
             record["Team conversation"] = render_trace(trace, each=800, total=5000)
@@ -305,8 +304,8 @@ class GEPAReflectionLM:
 
 def reflection_templates(keys: Sequence[str], role_names: Sequence[str]) -> dict[str, str]:
     """One gepa reflection template per component (``<curr_param>`` / ``<side_info>``)."""
-    team = ("a single agent" if len(role_names) == 1
-            else f"a team of LLM agents with the roles {', '.join(role_names)}")
+    team = (f"an LLM agent system whose role prompts are: {', '.join(role_names)} "
+            "(several agents may share one role prompt)")
     templates = {}
     for key in keys:
         if key.startswith("role/"):

@@ -180,7 +180,7 @@ class GEPAOptimizer(Optimizer):
         reflection = ReflectionModel.from_context(ctx, "gepa")
         guard = RolloutGuard("gepa", params.max_unusable_rollouts)
         adapter = LcbGEPAAdapter(evaluator=ctx.evaluator, book=book, train_ids=train, val_ids=val,
-                                 bridge=bridge, guard=guard, multi_role=len(role_names) > 1)
+                                 bridge=bridge, guard=guard)
         progress = _Progress(ctx, book, watch, bridge, val)
         ctx.workdir.mkdir(parents=True, exist_ok=True)
         engine_log = _EngineLog(JsonlJournal(ctx.workdir / "gepa_engine.jsonl"))

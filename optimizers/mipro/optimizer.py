@@ -27,7 +27,15 @@ from optimizers.candidate import Candidate
 from optimizers.evaluator import Rollout
 from optimizers.mipro.demos import Demo, demo_sets, demos_by_problem, render
 from optimizers.mipro.proposer import ProposerSettings, propose_instructions, summarize_data
-from optimizers.reflection import ReflectionModel, RolloutGuard, mean_score, params_from, task_text, team_description
+from optimizers.reflection import (
+    ReflectionModel,
+    RolloutGuard,
+    agents_in_trace,
+    mean_score,
+    params_from,
+    task_text,
+    team_description,
+)
 from optimizers.registry import register_optimizer
 
 STOP_DONE = "num_trials_complete"
@@ -211,7 +219,8 @@ class _Run:
         demos_for = {role: [space.role_demos(role, s) for s in range(len(sets))] for role in self.roles}
         space.instructions = await propose_instructions(
             self.reflection, roles=self.roles, seed_prompts=self.seed.roles(),
-            team=team_description(self.roles), data_summary=summary, demos_for=demos_for,
+            team=team_description(self.roles, max((agents_in_trace(r.trace) for r in boot), default=None)),
+            data_summary=summary, demos_for=demos_for,
             count=p.num_candidates, rng=self.rng, settings=settings)
         self._note("proposals", instructions={r: len(v) for r, v in space.instructions.items()})
 

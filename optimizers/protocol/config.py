@@ -28,9 +28,9 @@ class ModelSpec:
 
 @dataclass(frozen=True, slots=True)
 class TrackerSpec:
-    """Where a job reports live progress (JSONL always; ``wandb`` optionally)."""
+    """Where a job reports live progress: JSONL journals always, plus one W&B run unless ``jsonl``."""
 
-    kind: str = "jsonl"
+    kind: str = "wandb"  # the default tracker; "jsonl" writes the journals only
     project: str = "lcb-grid"
     mode: str = "offline"
     entity: str | None = None

@@ -43,9 +43,19 @@ def to_container(cfg: Any) -> dict[str, Any]:
     return data
 
 
+TRACKER_KINDS = ("jsonl", "wandb")
+TRACKER_MODES = ("offline", "online", "disabled")
+
+
 def job_config(cfg: Any) -> JobConfig:
-    """Composed DictConfig -> JobConfig."""
-    return job_config_from_dict(to_container(cfg))
+    """Composed DictConfig -> JobConfig (a sweep job takes its endpoint from ``endpoint_pool``)."""
+    from optimizers.protocol.endpoint_pool import EndpointPoolError, apply_endpoint_pool, hydra_job_num
+
+    try:
+        raw = apply_endpoint_pool(to_container(cfg), hydra_job_num())
+    except EndpointPoolError as exc:
+        raise ConfigError(str(exc)) from None
+    return job_config_from_dict(raw)
 
 
 def model_alias(model_id: str) -> str:
@@ -177,6 +187,10 @@ def job_config_from_dict(raw: Mapping[str, Any]) -> JobConfig:
         tracker = TrackerSpec(**tracker_cfg)
     except TypeError as exc:
         raise ConfigError(f"tracker: {exc}") from None
+    if tracker.kind not in TRACKER_KINDS:
+        raise ConfigError(f"tracker.kind must be one of {', '.join(TRACKER_KINDS)}, not {tracker.kind!r}")
+    if tracker.mode not in TRACKER_MODES:
+        raise ConfigError(f"tracker.mode must be one of {', '.join(TRACKER_MODES)}, not {tracker.mode!r}")
 
     seed = _int(raw.get("seed"), "seed", minimum=0)
     budget = _int(raw.get("budget", defaults["budget"]), "budget")

@@ -450,6 +450,9 @@ class Job:
             "baseline_evaluation_id": baseline.evaluation_id,
             "deployed_evaluation_id": deployed_eval.evaluation_id,
             "example_ids": ids,
+            # Aligned with example_ids, so reports can break pass@1 down without reloading data.
+            "difficulties": [self.data.problem(pid).difficulty for pid in ids],
+            "platforms": [self.data.problem(pid).platform for pid in ids],
             "baseline_scores": _scores(baseline.rollouts),
             "deployed_scores": _scores(deployed_eval.rollouts),
             "baseline_status": [r.status.value for r in baseline.rollouts],

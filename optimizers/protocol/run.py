@@ -416,23 +416,39 @@ def run_task(cfg: Any) -> dict[str, Any]:
 
     logging.getLogger().setLevel(job.log_level)
     from optimizers.protocol.errors import JobError
-    from optimizers.protocol.job import run_job, summary_line
-    from optimizers.protocol.lcb_system import probe_endpoints
+    from optimizers.protocol.hydra_config import to_container
+    from optimizers.protocol.job import JobRuntime, run_job, summary_line
+    from optimizers.protocol.tracking import deployed_prompts_score, make_tracker
 
     finished = job.phase == "all" and (job.out / "result.json").is_file()
+    # The engine probes every model endpoint before it makes the job folder, so an unreachable
+    # server leaves nothing behind; a finished job needs neither a server nor a tracker.
+    tracker = None if finished else make_tracker(job, to_container(cfg))
+    status = "failed"
     try:
-        if job.model.endpoints and not finished:
-            # Before the engine makes the job folder: an unreachable server leaves nothing behind.
-            probe_endpoints(job.model.endpoints)
         _write_config(cfg, job.out)  # a resumed job's folder exists already
-        result = run_job(job)
+        result = run_job(job, JobRuntime(tracker=tracker))
+        status = "completed"
     except JobError as exc:
         return _refuse(str(exc), multirun, label)
+    finally:
+        if tracker is not None:
+            tracker.finish(status)
     _write_config(cfg, job.out)
     line = summary_line(result)
     sys.stdout.write(json.dumps(line, sort_keys=True) + "\n")
     sys.stdout.flush()
-    return {"status": "done", "out": str(job.out)}
+    selection = _read_selection(job.out)
+    return {"status": "done", "out": str(job.out),
+            "objective": deployed_prompts_score(selection) if selection else None}
+
+
+def _read_selection(out: Path) -> dict[str, Any] | None:
+    path = out / "selection.json"
+    try:
+        return json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
 
 
 @hydra.main(version_base="1.3", config_path="../../conf", config_name="config")

@@ -49,7 +49,8 @@ class Segment:
 
     def render(self, each: int = 800) -> str:
         body = "\n".join(render_message(m, each) for m in self.messages)
-        return f"### Step {self.index} - {self.role}{f' ({self.agent})' if self.agent and self.agent != self.role else ''}\n{body}"
+        who = f"{self.role} ({self.agent})" if self.agent and self.agent != self.role else self.role
+        return f"### Step {self.index} - {who}\n{body}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,27 +100,28 @@ class Edits:
 
 def segment(trace: Sequence[Mapping[str, Any]], *, lead: str | None = None, limit: int = 16) -> list[Segment]:
     """Sub-trajectories of a trace (the last ``limit`` ones; index counts from the first)."""
-    body = [m for m in trace if m.get("kind") != "system"]
-    first_user = next((i for i, m in enumerate(body) if m.get("kind") == "user"), None)
-    if first_user is not None:
-        body = body[first_user + 1:]  # the task itself is shown separately
+    task = next((m.get("content") for m in trace if m.get("kind") == "user"), None)
+    # The task (given to every agent) is shown separately, so it is not part of any step.
+    body = [m for m in trace
+            if m.get("kind") != "system" and not (m.get("kind") == "user" and m.get("content") == task)]
     segments: list[list[Mapping[str, Any]]] = []
     owners: list[tuple[str, str]] = []
-    pending: list[Mapping[str, Any]] = []
+    pending: dict[str, list[Mapping[str, Any]]] = {}  # hand-offs waiting for their agent's next turn
     for message in body:
         kind = message.get("kind")
         source = str(message.get("source", ""))
+        agent = str(message.get("agent", ""))
         opens = kind == "ai" and (lead is None or source == lead or not segments)
         if opens:
-            segments.append([*pending, message])
-            owners.append((source, str(message.get("agent", ""))))
-            pending = []
+            segments.append([*pending.pop(agent, []), message])
+            owners.append((source, agent))
         elif segments and (lead is not None or kind == "tool"):
             segments[-1].append(message)
         else:
-            pending.append(message)
-    if pending and segments:
-        segments[-1].extend(pending)
+            pending.setdefault(agent, []).append(message)
+    if segments:
+        for waiting in pending.values():
+            segments[-1].extend(waiting)
     out = [Segment(i, owners[i][0], owners[i][1], tuple(msgs)) for i, msgs in enumerate(segments)]
     return out[-limit:] if limit > 0 else out
 

@@ -36,6 +36,7 @@ from optimizers.evaluator import Rollout
 from optimizers.reflection import (
     ReflectionModel,
     RolloutGuard,
+    agents_in_trace,
     mean_score,
     params_from,
     roles_in_trace,
@@ -195,6 +196,8 @@ class _Run:
         """Train rollouts -> credit -> edits -> the next candidate."""
         p = self.params
         rollouts = [r for r in await self._run(current, self.train_batch, "train") if r.usable]
+        if rollouts:
+            self.team = team_description(self.roles, max(agents_in_trace(r.trace) for r in rollouts))
         train_score = sum(r.score for r in rollouts) / len(rollouts) if rollouts else None
         segments = {r.problem_id: segment(r.trace, lead=self.lead, limit=p.max_segments) for r in rollouts}
         ratings: dict[str, Any] = {}

@@ -34,7 +34,8 @@ def with_overlay(text: str, rules: Sequence[str]) -> str:
         return base
     body = "\n".join(f"- {rule}" for rule in rules)
     overlay_id = hashlib.md5(body.encode()).hexdigest()[:10]  # noqa: S324 - an id, not security
-    return f"{base}\n\n{OVERLAY_OPEN.format(id=overlay_id)}\nTeam policy learned from earlier runs:\n{body}\n{OVERLAY_CLOSE}"
+    opening = OVERLAY_OPEN.format(id=overlay_id)
+    return f"{base}\n\n{opening}\nTeam policy learned from earlier runs:\n{body}\n{OVERLAY_CLOSE}"
 
 
 async def rewrite_role(

@@ -32,7 +32,7 @@ if str(REPO) not in sys.path:  # when run as a script
 MARKER = "SAMPLE-FIRST PROTOCOL: run every sample case before answering."
 MODEL_ID = "scripted/team-model"
 REFLECTION_ID = "scripted/reflection-model"
-WORLDS = ("useful", "useless")
+WORLDS = ("useful", "useless", "broken")  # broken: every reflection request fails (HTTP 400)
 
 _TASK_TAG = re.compile(r"Task: ([a-z_]+)/([a-z_-]+)\.")
 
@@ -89,7 +89,7 @@ def _conversation_text(request: Any) -> str:
 def world_script(
     *, world: str = "useful", seed_solves: Iterable[str] = (), latency_s: float = 0.0
 ) -> Any:
-    """The Script for a scripted server (``world``: useful | useless)."""
+    """The Script for a scripted server (``world``: useful | useless | broken)."""
     from lcb.data import load_problems
     from optimizers.reflection import REFLECTION_SYSTEM
     from topologies.scripted import FunctionRule, Script, fenced_python
@@ -106,8 +106,8 @@ def world_script(
         if REFLECTION_SYSTEM not in request.system:
             return None
         tag = _TASK_TAG.search(request.system)
-        if tag is None:
-            return None
+        if tag is None or world == "broken":
+            return None  # no rule answers: the server replies HTTP 400
         return reflection_reply(tag.group(1), tag.group(2), request.last_user, useful=useful)
 
     def solve(request: Any) -> str | None:

@@ -158,6 +158,21 @@ def test_killed_job_resumes_to_the_same_result(method: str, tmp_path: Path, worl
         assert reflection_records(out) == reflection_records(reference_out)
 
 
+@pytest.mark.parametrize("method", ["gepa", "mipro", "tavo"])
+def test_a_dead_reflection_model_invalidates_the_optimization(method: str, tmp_path: Path) -> None:
+    server = start_world(world="broken")
+    try:
+        result = run_job(world_job_config(tmp_path / "job", server.base_url, method=method, budget=BUDGET),
+                         fast_runtime())
+    finally:
+        server.stop()
+    optimization = read_sealed(tmp_path / "job" / "optimization.json")
+    assert optimization["status"] == "failed" and optimization["failure_kind"] == "infrastructure_invalid"
+    assert "reflection model failed" in optimization["error"]
+    assert optimization["budget"]["charged"] <= BUDGET
+    assert result["selection"]["fallback_reason"] == "infrastructure_invalid_optimization"
+
+
 # ------------------------------------------------------------------------------------------------
 # The shared reflection helper
 

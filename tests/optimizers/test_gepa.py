@@ -83,6 +83,19 @@ def test_gepa_decentralized_team_evolves_roles_and_protocol(tmp_path: Path, usef
     assert optimization["budget"]["charged"] <= 40
 
 
+def test_a_validation_pass_cut_by_the_budget_never_makes_an_incumbent(tmp_path: Path, useful: Any) -> None:
+    # seed on val (4) + parent and child minibatches (3 + 3) = 10; the winning child's validation
+    # pass gets 3 of its 4 rollouts: it is incomplete, so the seed stays the incumbent.
+    result = run_job(world_job_config(tmp_path / "job", useful.base_url, method="gepa", budget=13),
+                     fast_runtime())
+    optimization = read_sealed(tmp_path / "job" / "optimization.json")
+    assert optimization["budget"]["charged"] == 13 and optimization["budget"]["exhausted_requests"] == 1
+    assert optimization["stop_reason"] == "rollout_budget_spent"
+    assert optimization["incumbent_candidate"]["id"] == optimization["seed_candidate"]["id"]
+    assert optimization["history"][-1]["complete"] is False
+    assert result["selection"]["selected_candidate"] == "seed"
+
+
 def test_unknown_gepa_parameter_is_a_one_line_job_error(tmp_path: Path, useful: Any) -> None:
     config = world_job_config(tmp_path / "job", useful.base_url, method="gepa", method_params={"minibatch": 3})
     with pytest.raises(JobError, match="unknown parameter"):
