@@ -9,6 +9,7 @@ from enum import StrEnum
 class TestKind(StrEnum):
     """How a test feeds the program: a whole stdin text, or JSON arguments to a method."""
 
+    __test__ = False  # not a pytest class (dunder names never become enum members)
     STDIN = "stdin"
     FUNCTIONAL = "functional"
 

@@ -118,6 +118,7 @@ class OptimizeContext:
     reflection: Any | None = None  # a ChatClient-like model for proposals/reflection, or None
     tracker: Tracker = field(default_factory=NullTracker)
     method_params: Mapping[str, Any] = field(default_factory=dict)
+    reflection_decoding: Any | None = None  # a topologies.types.Decoding; None: the method's default
     rng: random.Random = field(init=False, repr=False)  # seeded by ``seed``; the method's only RNG
 
     def __post_init__(self) -> None:

@@ -253,6 +253,7 @@ def job_config_from_dict(raw: Mapping[str, Any]) -> JobConfig:
 def check_job(job: JobConfig) -> None:
     """Everything that can be refused before the job folder is created (``ConfigError``)."""
     _check_method(job.method)
+    _check_method_params(job.method, job.method_params)
     in_grid, _, why = cells.grid_membership(job)
     if not in_grid and not job.allow_any_cell:
         raise ConfigError(f"{why}; pass --allow-any-cell (allow_any_cell=true) to run it, non-conformant")
@@ -267,6 +268,22 @@ def _check_method(name: str) -> None:
     known = available_methods()
     if name not in known:
         raise ConfigError(f"unknown method {name!r}; available: {', '.join(known)}")
+
+
+def _check_method_params(name: str, params: Mapping[str, Any]) -> None:
+    """A typo in a method knob is refused here, not after the job folder exists."""
+    from optimizers.registry import MethodUnavailable, get_optimizer_class
+
+    try:
+        check = getattr(get_optimizer_class(name), "check_params", None)
+    except MethodUnavailable as exc:
+        raise ConfigError(str(exc)) from None
+    if check is None:
+        return
+    try:
+        check(params)
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(str(exc)) from None
 
 
 def _check_data(job: JobConfig) -> None:

@@ -266,6 +266,7 @@ class Job:
             reflection=self.reflection if needs_reflection else None,
             tracker=tracker,
             method_params=dict(cfg.method_params),
+            reflection_decoding=cfg.reflection_decoding,
         )
         _log(cfg, f"optimizing {cfg.method} on {registry_key(cfg)} model={cfg.model.id} seed={cfg.seed} "
                   f"B={cfg.budget}" + (f" (resuming: {resumed} finished rollouts in the journal)" if resumed else ""))
@@ -311,7 +312,7 @@ class Job:
             "incumbent_candidate": result.best.to_dict(),
             "budget": snapshot,
             "usage": {"task": attempts_usage(self.store.optimization_dir / "attempts.jsonl"),
-                      "reflection": _client_usage(ctx.reflection)},
+                      "reflection": _reflection_usage(result, ctx.reflection)},
             "elapsed_seconds": round(time.monotonic() - started, 3),
             "history": json_safe(list(result.history)),
             "metadata": json_safe(dict(result.metadata)),
@@ -537,6 +538,15 @@ def attempts_usage(path: Path) -> dict[str, int]:
         for key, value in (record.get("usage") or {}).items():
             total[key] = total.get(key, 0) + int(value)
     return total
+
+
+def _reflection_usage(result: Any, client: Any) -> dict[str, Any] | None:
+    """The method's own reflection totals when it reports them (they include calls replayed from
+    its journal after a resume); else what the client counted in this process."""
+    reported = (result.metadata or {}).get("reflection") if result is not None else None
+    if isinstance(reported, Mapping) and "calls" in reported:
+        return json_safe(dict(reported))
+    return _client_usage(client)
 
 
 def _client_usage(client: Any) -> dict[str, int] | None:

@@ -22,19 +22,15 @@ try:
 except ModuleNotFoundError:  # an install that predates hydra_plugins* in pyproject: use the checkout
     sys.path.insert(0, str(REPO))
 
-from hydra_plugins.lcb_grid_optuna_sweeper.optuna_sweeper import (  # noqa: E402
-    SweepError,
-    objective_from_return,
-    search_space,
-    trial_arguments,
-    trial_key,
-)
+# Hydra's plugin scan re-executes plugin modules in place (new class objects under the same
+# names), so look names up on the module at use time rather than binding them at import.
+import hydra_plugins.lcb_grid_optuna_sweeper.optuna_sweeper as sweeper  # noqa: E402
 
 
 def _space(*texts: str) -> Any:
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    return search_space(OverridesParser.create().parse_overrides(list(texts)))
+    return sweeper.search_space(OverridesParser.create().parse_overrides(list(texts)))
 
 
 def test_overrides_map_to_optuna_distributions() -> None:
@@ -47,31 +43,31 @@ def test_overrides_map_to_optuna_distributions() -> None:
     assert space.distributions["method.k"] == IntDistribution(1, 8)
     assert space.distributions["method.style"] == CategoricalDistribution(["a", "b"])
     assert space.fixed == ("budget=6",)
-    with pytest.raises(SweepError, match="nothing to tune"):
+    with pytest.raises(sweeper.SweepError, match="nothing to tune"):
         _space("budget=6")
-    with pytest.raises(SweepError, match="empty"):
+    with pytest.raises(sweeper.SweepError, match="empty"):
         _space("method.k=range(5,5)")
 
 
 def test_trial_arguments_name_a_folder_per_parameter_set() -> None:
     space = _space("method.k=range(1,4)", "budget=6")
-    args = trial_arguments({"method.k": 2}, space, ["runs_root=r/{trial_key}"])
-    assert args == ["budget=6", "method.k=2", f"runs_root=r/{trial_key({'method.k': 2})}"]
-    assert trial_key({"a": 1, "b": 2}) == trial_key({"b": 2, "a": 1}) != trial_key({"a": 2, "b": 2})
+    args = sweeper.trial_arguments({"method.k": 2}, space, ["runs_root=r/{trial_key}"])
+    assert args == ["budget=6", "method.k=2", f"runs_root=r/{sweeper.trial_key({'method.k': 2})}"]
+    assert sweeper.trial_key({"a": 1, "b": 2}) == sweeper.trial_key({"b": 2, "a": 1}) != sweeper.trial_key({"a": 2, "b": 2})
 
 
 def test_objective_from_job_returns(tmp_path: Path) -> None:
-    assert objective_from_return(0.5) == 0.5
-    assert objective_from_return({"status": "done", "objective": 0.75}) == 0.75
+    assert sweeper.objective_from_return(0.5) == 0.5
+    assert sweeper.objective_from_return({"status": "done", "objective": 0.75}) == 0.75
     (tmp_path / "selection.json").write_text(json.dumps({
         "selected_candidate": "incumbent", "incumbent_validation_score": 0.6, "baseline_validation_score": 0.4}))
-    assert objective_from_return({"status": "done", "out": str(tmp_path)}) == 0.6
-    with pytest.raises(SweepError, match="status 'error'"):
-        objective_from_return({"status": "error", "error": "no server"})
-    with pytest.raises(SweepError, match="no readable selection.json"):
-        objective_from_return({"status": "done", "out": str(tmp_path / "missing")})
-    with pytest.raises(SweepError, match="NaN"):
-        objective_from_return(float("nan"))
+    assert sweeper.objective_from_return({"status": "done", "out": str(tmp_path)}) == 0.6
+    with pytest.raises(sweeper.SweepError, match="status 'error'"):
+        sweeper.objective_from_return({"status": "error", "error": "no server"})
+    with pytest.raises(sweeper.SweepError, match="no readable selection.json"):
+        sweeper.objective_from_return({"status": "done", "out": str(tmp_path / "missing")})
+    with pytest.raises(sweeper.SweepError, match="NaN"):
+        sweeper.objective_from_return(float("nan"))
 
 
 @pytest.fixture(scope="module")

@@ -68,6 +68,7 @@ COMMON = ["--dataset", "lcb", "--seed", "0"]
         (["--method", "identity", "--topology", "single", "hydra/launcher=nope"], "Could not find 'hydra/launcher/nope'"),
         (["--method", "identity", "--topology", "single", "--bogus"], "unknown option --bogus"),
         (["--method", "identity", "--topology", "centralized_r8", "--team-size", "4"], "means team_size 8"),
+        (["--method", "tavo", "--topology", "decentralized", "--allow-any-cell", "method.mode=papr"], "mode"),
     ],
 )
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(tmp_path: Path, args: list[str], message: str) -> None:
