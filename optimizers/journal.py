@@ -66,6 +66,16 @@ def read_json(path: Path | str) -> Any:
     return json.loads(Path(path).read_text(encoding="utf-8"))
 
 
+def read_json_object(path: Path | str) -> dict[str, Any] | None:
+    """A JSON object from a file, or None when it is missing, unreadable or not an object
+    (for readers of job folders that may be partial, such as reports and trackers)."""
+    try:
+        data = read_json(path)
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
 def seal(payload: Mapping[str, Any]) -> dict[str, Any]:
     """``payload`` plus its own hash under ``sha256`` (computed without that key)."""
     body = {k: v for k, v in payload.items() if k != SEAL_KEY}

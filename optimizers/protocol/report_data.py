@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from optimizers.journal import read_json_object
 from optimizers.protocol import aggregate, cells
 
 UNKNOWN_DIFFICULTY = "unknown"
@@ -99,14 +100,6 @@ def _runtime_order(key: str) -> tuple[Any, ...]:
 # --------------------------------------------------------------------------- one job
 
 
-def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     try:
@@ -180,7 +173,7 @@ def test_difficulties(folder: Path, test: Mapping[str, Any], data_source: str | 
         found.update({i: str(d) for i, d in zip(ids, listed) if d})
     evaluation_id = test.get("deployed_evaluation_id")
     if evaluation_id and len(found) < len(ids):
-        evaluation = _read_json(_evaluation_dir(folder) / f"{evaluation_id}.json") or {}
+        evaluation = read_json_object(_evaluation_dir(folder) / f"{evaluation_id}.json") or {}
         for record in evaluation.get("records") or ():
             difficulty = record.get("difficulty") or (record.get("details") or {}).get("difficulty")
             if difficulty and record.get("problem_id"):
@@ -196,11 +189,11 @@ def test_difficulties(folder: Path, test: Mapping[str, Any], data_source: str | 
 
 def job_view(result: aggregate.JobResult) -> JobView:
     folder = result.path.parent
-    raw = _read_json(result.path) or {}
+    raw = read_json_object(result.path) or {}
     optimization = raw.get("optimization") or {}
     usage = optimization.get("usage") or {}
-    test = _read_json(folder / "test.json") or {}
-    job = _read_json(folder / "job.json") or {}
+    test = read_json_object(folder / "test.json") or {}
+    job = read_json_object(folder / "job.json") or {}
     data_source = (job.get("spec") or {}).get("data")
     elapsed = optimization.get("elapsed_seconds")
     return JobView(

@@ -415,6 +415,7 @@ def run_task(cfg: Any) -> dict[str, Any]:
         return _refuse(str(exc), multirun, label)
 
     logging.getLogger().setLevel(job.log_level)
+    from optimizers.journal import read_json_object
     from optimizers.protocol.errors import JobError
     from optimizers.protocol.hydra_config import to_container
     from optimizers.protocol.job import JobRuntime, run_job, summary_line
@@ -438,17 +439,9 @@ def run_task(cfg: Any) -> dict[str, Any]:
     line = summary_line(result)
     sys.stdout.write(json.dumps(line, sort_keys=True) + "\n")
     sys.stdout.flush()
-    selection = _read_selection(job.out)
+    selection = read_json_object(job.out / "selection.json")
     return {"status": "done", "out": str(job.out),
             "objective": deployed_prompts_score(selection) if selection else None}
-
-
-def _read_selection(out: Path) -> dict[str, Any] | None:
-    path = out / "selection.json"
-    try:
-        return json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
-        return None
 
 
 @hydra.main(version_base="1.3", config_path="../../conf", config_name="config")

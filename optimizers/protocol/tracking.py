@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from optimizers.candidate import Candidate
+from optimizers.journal import read_json_object
 from optimizers.protocol.config import JobConfig
 
 MODES = ("offline", "online", "disabled")
@@ -103,14 +104,6 @@ class JsonlTail:
                 continue  # a torn line the journal repairs on its next append
             if isinstance(record, dict):
                 yield record
-
-
-def _read_json(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
 
 
 def _read_jsonl(path: Path) -> list[dict[str, Any]]:
@@ -256,7 +249,7 @@ class WandbTracker:
     # ---------------------------------------------------------------- run start
 
     def _identity(self) -> dict[str, Any]:
-        record = _read_json(self.folder / "job.json") or {}
+        record = read_json_object(self.folder / "job.json") or {}
         cell = record.get("cell") or {
             "method": self.job.method, "topology": self.job.topology, "model": self.job.model.id,
             "registry_key": self.job.registry_key or self.job.topology,
@@ -362,7 +355,7 @@ class WandbTracker:
             run.log({"tables/learning_curve": wandb.Table(
                 columns=columns, data=[[row.get(c) for c in columns] for row in curve])})
         candidates = _read_jsonl(self.folder / "optimization" / "candidates.jsonl")
-        selection = _read_json(self.folder / "selection.json") or {}
+        selection = read_json_object(self.folder / "selection.json") or {}
         deployed = (selection.get("deployed_candidate") or {}).get("id")
         if candidates:
             rows = []
@@ -380,7 +373,7 @@ class WandbTracker:
 
     def _final_summary(self, selection: Mapping[str, Any]) -> dict[str, Any]:
         out: dict[str, Any] = {}
-        optimization = _read_json(self.folder / "optimization.json") or {}
+        optimization = read_json_object(self.folder / "optimization.json") or {}
         if optimization:
             out.update(_flat("usage", optimization.get("usage") or {}, {}))
             out.update(_flat("budget", {k: v for k, v in (optimization.get("budget") or {}).items()
@@ -393,7 +386,7 @@ class WandbTracker:
                         "incumbent_validation_score", "validation_delta"):
                 out[f"selection/{key}"] = selection.get(key)
             out["selection/deployed_validation_score"] = deployed_prompts_score(selection)
-        test = _read_json(self.folder / "test.json") or {}
+        test = read_json_object(self.folder / "test.json") or {}
         for key in ("baseline_mean", "deployed_mean", "delta_pp", "valid_for_aggregation"):
             if key in test:
                 out[f"test/{key}"] = test[key]

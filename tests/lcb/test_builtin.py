@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from lcb.builtin import PROBLEMS_FILE, SOLUTIONS_FILE, load_solutions
+from lcb.builtin import PROBLEMS_FILE, load_solutions
 from lcb.builtin.build import ALL_PROBLEMS, main as build_main, stale_files
 from lcb.data import DEMO_IDS, load_problems
 from lcb.rows import decode_test_blob

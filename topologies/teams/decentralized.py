@@ -10,10 +10,9 @@ from __future__ import annotations
 
 from typing import Any, TypedDict
 
-from lcb.extract import Extraction
 from topologies.formats import render_handoffs
 from topologies.teams import notes
-from topologies.teams.replicas import Standing, guarded_turn, select
+from topologies.teams.replicas import Standing, guarded_turn, vote_result
 from topologies.teams.session import (
     AgentSession,
     RunContext,
@@ -94,20 +93,7 @@ def after_round(state: State, runtime: Any) -> str:
 
 
 async def vote(state: State, runtime: Any) -> State:
-    standings = state.get("standings", ())
-    chosen = select(standings)
-    winner = standings[chosen.winner] if chosen.winner is not None else None
-    extras = {
-        "winner": chosen.winner,
-        "votes": chosen.votes,
-        "distinct_programs": chosen.buckets,
-        "rounds": state.get("history", []),
-        "per_agent": [s.as_record(label(s.index)) for s in standings],
-        "code_source": winner.source if winner else None,
-    }
-    return {"result": TeamResult(winner.text if winner else "",
-                                 winner.extraction if winner else Extraction(None, "none"),
-                                 extras, chosen.error, chosen.error_kind)}
+    return {"result": vote_result(state.get("standings", ()), label, rounds=state.get("history", []))}
 
 
 def build(spec: TeamSpec) -> Any:

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 from typing import Any, TypedDict
 
-from lcb.extract import Extraction
 from topologies.teams import notes
-from topologies.teams.replicas import Standing, guarded_turn, select
+from topologies.teams.replicas import Standing, guarded_turn, vote_result
 from topologies.teams.session import (
     RunContext,
     TeamResult,
@@ -56,20 +55,7 @@ async def coders(state: State, runtime: Any) -> State:
 
 
 async def vote(state: State, runtime: Any) -> State:
-    standings = state.get("standings", ())
-    chosen = select(standings)
-    winner = standings[chosen.winner] if chosen.winner is not None else None
-    extras = {
-        "winner": chosen.winner,
-        "votes": chosen.votes,
-        "distinct_programs": chosen.buckets,
-        "per_agent": [s.as_record(label(s.index)) for s in standings],
-        "code_source": winner.source if winner else None,
-    }
-    result = TeamResult(winner.text if winner else "",
-                        winner.extraction if winner else Extraction(None, "none"),
-                        extras, chosen.error, chosen.error_kind)
-    return {"result": result}
+    return {"result": vote_result(state.get("standings", ()), label)}
 
 
 def build(spec: TeamSpec) -> Any:

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from lcb.extract import Extraction
-from topologies.teams.session import TurnResult
+from topologies.teams.session import TeamResult, TurnResult
 from topologies.teams.voting import majority_vote
 from topologies.types import ErrorKind, ModelCallError
 
@@ -74,3 +74,23 @@ def select(standings: Sequence[Standing]) -> Selection:
     elif vote.winner is None and standings and all(s.status == "model_error" for s in standings):
         error, kind = f"every agent failed: {standings[0].error}", ErrorKind.MODEL
     return Selection(vote.winner, vote.votes, vote.buckets, error, kind)
+
+
+def vote_result(
+    standings: Sequence[Standing], label: Callable[[int], str], **extras: Any
+) -> TeamResult:
+    """The voting teams' submission: the majority program, with the vote and every agent's
+    program recorded (``extras`` adds team-specific fields such as the debate rounds)."""
+    chosen = select(standings)
+    winner = standings[chosen.winner] if chosen.winner is not None else None
+    record = {
+        "winner": chosen.winner,
+        "votes": chosen.votes,
+        "distinct_programs": chosen.buckets,
+        **extras,
+        "per_agent": [s.as_record(label(s.index)) for s in standings],
+        "code_source": winner.source if winner else None,
+    }
+    return TeamResult(winner.text if winner else "",
+                      winner.extraction if winner else Extraction(None, "none"),
+                      record, chosen.error, chosen.error_kind)
