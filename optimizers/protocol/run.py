@@ -457,7 +457,12 @@ def main(argv: Sequence[str] | None = None) -> None:
         fail(str(exc))
     sys.argv = [sys.argv[0], *overrides]
     _install_error_reporter()
-    _app()
+    try:
+        _app()
+    except KeyboardInterrupt:
+        # Journals are appended atomically as work finishes, so nothing done is lost.
+        sys.stderr.write("\nerror: interrupted; run the same command again to resume the job\n")
+        raise SystemExit(130) from None
     if _Outcome.failed:
         sys.stderr.write(f"error: {_Outcome.failed} job(s) of the sweep failed (see the error lines above)\n")
         raise SystemExit(EXIT_USAGE)

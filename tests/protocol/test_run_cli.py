@@ -187,3 +187,32 @@ def test_sweep_skips_off_grid_jobs_and_reports_failed_ones(tmp_path: Path) -> No
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
     assert len(errors) == 3 and "2 job(s) of the sweep failed" in errors[-1]
     assert job_folders(tmp_path / "runs") == []
+
+
+def test_ctrl_c_is_one_line_and_the_same_command_resumes(tmp_path: Path) -> None:
+    import signal
+    import time
+
+    from topologies.scripted import Script, ScriptedServer
+
+    args = ["--method", "identity", "--topology", "single", *COMMON, "--data", "builtin", "--budget", "4",
+            "--allow-any-cell", "--tracker", "jsonl", "--out", "job"]
+    with ScriptedServer(Script([], default=SCRIPTED_ANSWER, latency_s=1.0)) as slow:
+        env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+        proc = subprocess.Popen([sys.executable, "-m", "optimizers.protocol.run", *args,
+                                 "--task-endpoints", slow.base_url],
+                                cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "job" / "job.json").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(1.5)  # some rollouts are in flight
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode == 130, err[-2000:]
+        assert "Traceback" not in err
+        assert err.rstrip().splitlines()[-1] == "error: interrupted; run the same command again to resume the job"
+        assert not (tmp_path / "job" / "result.json").exists()
+        again = run_app(*args, "--task-endpoints", slow.base_url, cwd=tmp_path)
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["status"] == "completed"
