@@ -111,6 +111,8 @@ def check_args(topology: str, args: argparse.Namespace) -> None:
                 raise UsageError("--task-endpoints is empty")
         except LcbError as exc:
             raise UsageError(str(exc)) from None
+    if topology == "single" and args.team_size not in (None, 1):
+        raise UsageError("the single topology has exactly one agent; drop --team-size")
     if args.team_size is not None and topology != "single":
         try:
             role_names(topology, args.team_size)

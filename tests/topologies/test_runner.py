@@ -143,6 +143,7 @@ def test_resume_ignores_a_torn_last_line(server: ScriptedServer, tmp_path: Path,
     [
         ("single", ["--bogus"], "unrecognized arguments"),
         ("sequential", ["--team-size", "3"], "team sizes 2, 4, 8, 10"),
+        ("single", ["--team-size", "4"], "exactly one agent"),
         ("single", ["--concurrency", "0"], "--concurrency"),
         ("single", ["--resume"], "--resume needs"),
         ("single", ["--communication", "xml"], "invalid choice"),
