@@ -32,6 +32,7 @@ from typing import Any
 from optimizers.candidate import Candidate
 from optimizers.journal import read_json_object
 from optimizers.protocol.config import JobConfig
+from optimizers.reflection import JOURNAL_NAME as REFLECTION_JOURNAL
 
 MODES = ("offline", "online", "disabled")
 DEFAULT_INIT_TIMEOUT_S = 30.0
@@ -147,6 +148,8 @@ class _Running:
     by_candidate: dict[str, list[float]] = field(default_factory=dict)
     tokens: dict[str, int] = field(default_factory=lambda: dict.fromkeys(TOKEN_KEYS, 0))
     attempts: int = 0
+    reflection: dict[str, int] = field(
+        default_factory=lambda: dict.fromkeys(("calls", "prompt_tokens", "completion_tokens"), 0))
 
     def add(self, score: float, candidate_id: str | None) -> None:
         self.charged += 1
@@ -192,6 +195,8 @@ class WandbTracker:
         self._running = _Running()
         self._attempts = JsonlTail(self.folder / "optimization" / "attempts.jsonl")
         self._curve = JsonlTail(self.folder / "optimization" / "learning_curve.jsonl")
+        # Methods journal every reflection call there, so W&B sees them live, not only at the end.
+        self._reflections = JsonlTail(self.folder / "optimization" / "native" / REFLECTION_JOURNAL)
 
     # ---------------------------------------------------------------- Tracker protocol
 
@@ -333,8 +338,14 @@ class WandbTracker:
             self._running.attempts += 1
             for key in TOKEN_KEYS:
                 tokens[key] += int((record.get("usage") or {}).get(key, 0) or 0)
+        reflection = self._running.reflection
+        for record in self._reflections.new_records():
+            reflection["calls"] += 1
+            for key in ("prompt_tokens", "completion_tokens"):
+                reflection[key] += int((record.get("usage") or {}).get(key, 0) or 0)
         return {"usage/task/attempts": self._running.attempts,
-                **{f"usage/task/{key}": value for key, value in tokens.items()}}
+                **{f"usage/task/{key}": value for key, value in tokens.items()},
+                **{f"usage/reflection/{key}": value for key, value in reflection.items()}}
 
     def _log_curve_point(self, run: Any, point: Mapping[str, Any]) -> None:
         if point.get("best_score") is None:

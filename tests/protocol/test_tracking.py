@@ -247,3 +247,38 @@ def test_a_real_job_gets_curves_tables_and_artifact(tmp_path: Path) -> None:
     assert any(a["type"] == "prompts" for a in run.artifacts)
     assert run.summary["test/delta_pp"] == result["test"]["delta_pp"]
     assert run.summary["budget/charged"] == charged
+
+
+def test_reflection_calls_reach_wandb_as_they_are_journaled(tmp_path: Path) -> None:
+    logged: list[dict[str, Any]] = []
+
+    class RecordingWandb:
+        class Settings(dict):
+            def __init__(self, **kwargs: Any) -> None:
+                super().__init__(kwargs)
+
+        @staticmethod
+        def init(**kwargs: Any) -> Any:
+            class Run:
+                summary: dict[str, Any] = {}
+
+                def log(self, row: dict[str, Any]) -> None:
+                    logged.append(dict(row))
+
+                def define_metric(self, *args: Any, **kwargs: Any) -> None:
+                    return None
+
+            return Run()
+
+    native = tmp_path / "optimization" / "native"
+    native.mkdir(parents=True)
+    journal = native / "reflection.jsonl"
+    tracker = WandbTracker(_job(tmp_path), wandb_module=RecordingWandb)
+    journal.write_text(json.dumps({"usage": {"prompt_tokens": 100, "completion_tokens": 7}}) + "\n")
+    tracker.log(1, {"rollout/score": 1.0})
+    with journal.open("a") as handle:
+        handle.write(json.dumps({"usage": {"prompt_tokens": 50, "completion_tokens": 3}}) + "\n")
+    tracker.log(2, {"rollout/score": 0.0})
+    rows = [row for row in logged if "usage/reflection/calls" in row]
+    assert [(r["usage/reflection/calls"], r["usage/reflection/prompt_tokens"],
+             r["usage/reflection/completion_tokens"]) for r in rows] == [(1, 100, 7), (2, 150, 10)]
