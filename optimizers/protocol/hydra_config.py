@@ -124,6 +124,10 @@ def _path(value: Any) -> Path | None:
     return None if value in (None, "") else Path(str(value))
 
 
+def _capped(decoding: Decoding, cap: int | None) -> Decoding:
+    return decoding if cap is None or decoding.max_tokens <= cap else dataclasses.replace(decoding, max_tokens=cap)
+
+
 def _decoding(base: Decoding, value: Any, key: str) -> Decoding:
     if value is None:
         return base
@@ -207,6 +211,11 @@ def job_config_from_dict(raw: Mapping[str, Any]) -> JobConfig:
     if not isinstance(decoding, Mapping):
         raise ConfigError("decoding must be a mapping with optimize / eval / reflection")
 
+    # A model's yaml may bound its replies (``max_tokens``), e.g. the embedded model, whose whole
+    # context is 8192 tokens: asking it for 8192 more makes every rambling reply run to the end.
+    cap = model_cfg.get("max_tokens")
+    output_cap = None if cap is None else _int(cap, "model.max_tokens", minimum=1)
+
     condition = cells.Condition(topology, team_size, communication, model.alias)
     out = _path(raw.get("out"))
     if out is None:
@@ -234,10 +243,12 @@ def job_config_from_dict(raw: Mapping[str, Any]) -> JobConfig:
         evaluation_cache=_path(raw.get("evaluation_cache")),
         concurrency=_int(raw.get("concurrency", defaults["concurrency"]), "concurrency", minimum=1),
         optimize_max_tests=None if max_tests is None else _int(max_tests, "optimize_max_tests", minimum=1),
-        optimize_decoding=_decoding(defaults["optimize_decoding"], decoding.get("optimize"), "decoding.optimize"),
-        eval_decoding=_decoding(defaults["eval_decoding"], decoding.get("eval"), "decoding.eval"),
-        reflection_decoding=_decoding(
-            defaults["reflection_decoding"], decoding.get("reflection"), "decoding.reflection"
+        optimize_decoding=_capped(
+            _decoding(defaults["optimize_decoding"], decoding.get("optimize"), "decoding.optimize"), output_cap),
+        eval_decoding=_capped(_decoding(defaults["eval_decoding"], decoding.get("eval"), "decoding.eval"), output_cap),
+        reflection_decoding=_capped(
+            _decoding(defaults["reflection_decoding"], decoding.get("reflection"), "decoding.reflection"),
+            output_cap if reflection.id == model.id else None,
         ),
         max_infrastructure_retries=_int(
             raw.get("max_infrastructure_retries", defaults["max_infrastructure_retries"]),

@@ -213,3 +213,17 @@ def test_the_grid_sweeps_are_exactly_the_grid() -> None:
     expected = [(cell.method, cell.condition, seed) for cell, seed in cells.grid_jobs()]
     assert len(launched) == len(set(launched)) == 396
     assert set(launched) == set(expected)
+
+
+def test_a_model_reply_cap_bounds_every_phase_of_that_model() -> None:
+    local = compose_job(["method=identity", "topology=single", "seed=0", "model=local"])
+    assert (local.optimize_decoding.max_tokens, local.eval_decoding.max_tokens,
+            local.reflection_decoding.max_tokens) == (1024, 1024, 1024)
+    smaller = compose_job(["method=identity", "topology=single", "seed=0", "model=local",
+                           "decoding.eval.max_tokens=300"])
+    assert smaller.eval_decoding.max_tokens == 300  # a cap never raises an explicit choice
+    other_reflector = compose_job(["method=identity", "topology=single", "seed=0", "model=local",
+                                   "reflection.id=org/big-model"])
+    assert other_reflector.reflection_decoding.max_tokens == 8192  # the cap is the task model's
+    qwen = compose_job(["method=identity", "topology=single", "seed=0"])
+    assert qwen.eval_decoding.max_tokens == 8192
