@@ -27,6 +27,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -252,6 +253,26 @@ def _prune_logs(log_dir: Path) -> None:
             pass
 
 
+def _parent_death_signal() -> Callable[[], None] | None:
+    """A pre-exec hook that makes the server get SIGTERM when our process dies, however it dies
+    (SIGTERM, SIGKILL, OOM), so no orphaned server keeps a core busy. Linux only, and only when
+    called from the main thread: the kernel ties the signal to the thread that forked."""
+    if not sys.platform.startswith("linux") or threading.current_thread() is not threading.main_thread():
+        return None
+    try:
+        import ctypes
+
+        prctl = ctypes.CDLL(None, use_errno=True).prctl  # resolved here: the hook itself only calls it
+    except (OSError, AttributeError):
+        return None
+    pr_set_pdeathsig = 1
+
+    def hook() -> None:
+        prctl(pr_set_pdeathsig, int(signal.SIGTERM))
+
+    return hook
+
+
 def _start(weights: Path, threads: int, n_ctx: int, startup_timeout_s: float) -> _Server:
     port = _free_port()
     base_url = f"http://127.0.0.1:{port}/v1"
@@ -274,7 +295,7 @@ def _start(weights: Path, threads: int, n_ctx: int, startup_timeout_s: float) ->
     with open(log_path, "wb") as log:
         process = subprocess.Popen(
             command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-            env=env, start_new_session=True,
+            env=env, start_new_session=True, preexec_fn=_parent_death_signal(),
         )
     server = _Server(process, base_url, log_path)
     deadline = time.monotonic() + startup_timeout_s

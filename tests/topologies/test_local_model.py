@@ -96,3 +96,35 @@ def test_local_server_answers_a_chat_request_within_max_tokens():
         assert local_model.ensure_server() == config.endpoints[0]  # one server per process
     finally:
         local_model.stop_server()
+
+
+@pytest.mark.slow
+@needs_llama
+def test_the_server_dies_with_its_process_even_on_sigkill():
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    code = ("from topologies.local_model import ensure_server; print(ensure_server(), flush=True); "
+            "import time; time.sleep(600)")
+    owner = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=repo)
+    try:
+        port = owner.stdout.readline().strip().rsplit(":", 1)[1].split("/")[0]
+        pattern = f"llama_cpp.server.*--port {port}"
+
+        def servers() -> list[str]:
+            return subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout.split()
+
+        assert servers(), "the server did not start"
+        owner.send_signal(signal.SIGKILL)
+        owner.wait(timeout=10)
+        deadline = time.monotonic() + 15
+        while servers() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert servers() == []
+    finally:
+        if owner.poll() is None:
+            owner.kill()
