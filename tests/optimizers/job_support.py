@@ -9,12 +9,16 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from optimizers.base import OptimizationResult, OptimizeContext, Optimizer, OptimizerInfrastructureError
+from optimizers.base import (
+    OptimizationResult,
+    OptimizeContext,
+    Optimizer,
+    OptimizerInfrastructureError,
+)
 from optimizers.candidate import Candidate
 from optimizers.protocol.config import JobConfig, ModelSpec
 from optimizers.registry import _REGISTERED, register_optimizer
@@ -31,20 +35,9 @@ SEED_SOLVES = frozenset({
 
 
 def team_script(*, faults: Sequence[Any] = (), latency_s: float = 0.0) -> Any:
-    from lcb.data import load_problems
-    from topologies.scripted import FunctionRule, Script, fenced_python
+    from topologies.scripted import FunctionRule, Script, builtin_answers
 
-    problems = load_problems("builtin").problems
-    solutions = json.loads((REPO / "lcb" / "builtin" / "solutions.json").read_text())
-    keys = {p.id: p.statement[:80] for p in problems}
-
-    def answer(request: Any) -> str | None:
-        for problem_id, key in keys.items():
-            if key in request.all_text:
-                good = SOLVE_ALL in request.system or problem_id in SEED_SOLVES
-                return fenced_python(solutions[problem_id]["correct" if good else "wrong"])
-        return None
-
+    answer = builtin_answers(lambda request, problem_id: SOLVE_ALL in request.system or problem_id in SEED_SOLVES)
     return Script([FunctionRule("solve", answer, faults=tuple(faults), latency_s=latency_s)], default=None)
 
 

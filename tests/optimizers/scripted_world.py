@@ -90,17 +90,15 @@ def world_script(
     *, world: str = "useful", seed_solves: Iterable[str] = (), latency_s: float = 0.0
 ) -> Any:
     """The Script for a scripted server (``world``: useful | useless | broken)."""
-    from lcb.data import load_problems
     from optimizers.reflection import REFLECTION_SYSTEM
-    from topologies.scripted import FunctionRule, Script, fenced_python
+    from topologies.scripted import FunctionRule, Script, builtin_answers
 
     if world not in WORLDS:
         raise ValueError(f"world must be one of {WORLDS}")
     useful = world == "useful"
     solved = frozenset(seed_solves)
-    problems = load_problems("builtin").problems
-    solutions = json.loads((REPO / "lcb" / "builtin" / "solutions.json").read_text())
-    keys = {p.id: p.statement[:80] for p in problems}
+    answer = builtin_answers(lambda request, problem_id: MARKER in request.system or problem_id in solved,
+                             text=_conversation_text)
 
     def reflect(request: Any) -> str | None:
         if REFLECTION_SYSTEM not in request.system:
@@ -113,12 +111,7 @@ def world_script(
     def solve(request: Any) -> str | None:
         if REFLECTION_SYSTEM in request.system:
             return None
-        text = _conversation_text(request)
-        for problem_id, key in keys.items():
-            if key in text:
-                good = MARKER in request.system or problem_id in solved
-                return fenced_python(solutions[problem_id]["correct" if good else "wrong"])
-        return None
+        return answer(request)
 
     return Script(
         [FunctionRule("reflect", reflect, latency_s=latency_s), FunctionRule("solve", solve, latency_s=latency_s)],

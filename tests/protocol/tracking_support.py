@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -30,20 +29,9 @@ SEED_SOLVES = frozenset({"builtin_temperature_swing", "builtin_count_prefixed", 
 
 
 def team_script() -> Any:
-    from lcb.data import load_problems
-    from topologies.scripted import FunctionRule, Script, fenced_python
+    from topologies.scripted import FunctionRule, Script, builtin_answers
 
-    problems = load_problems("builtin").problems
-    solutions = json.loads((REPO / "lcb" / "builtin" / "solutions.json").read_text())
-    keys = {p.id: p.statement[:80] for p in problems}
-
-    def answer(request: Any) -> str | None:
-        for problem_id, key in keys.items():
-            if key in request.all_text:
-                good = SOLVE_ALL in request.system or problem_id in SEED_SOLVES
-                return fenced_python(solutions[problem_id]["correct" if good else "wrong"])
-        return None
-
+    answer = builtin_answers(lambda request, problem_id: SOLVE_ALL in request.system or problem_id in SEED_SOLVES)
     return Script([FunctionRule("solve", answer)], default=None)
 
 

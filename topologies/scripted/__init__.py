@@ -14,11 +14,13 @@ from topologies.scripted.script import (
     Script,
     ScriptError,
     ToolCall,
+    builtin_answers,
     fenced_python,
     load_script,
     script_from_dict,
     solve_builtin,
 )
+
 
 def __getattr__(name: str) -> object:
     # Lazy, so ``python -m topologies.scripted.server`` does not import the module twice.
@@ -42,6 +44,7 @@ __all__ = [
     "ScriptError",
     "ScriptedServer",
     "ToolCall",
+    "builtin_answers",
     "fenced_python",
     "load_script",
     "script_from_dict",

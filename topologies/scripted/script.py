@@ -593,6 +593,32 @@ def solve_builtin(
     return FunctionRule(name, solve)
 
 
+def builtin_answers(
+    is_solved: Callable[[ChatRequest, str], bool],
+    *,
+    text: Callable[[ChatRequest], str] | None = None,
+) -> Callable[[ChatRequest], str | None]:
+    """An answer function for requests about a built-in problem (lcb/builtin): its reference
+    program when ``is_solved(request, problem_id)``, else its real but wrong program; None for
+    requests about no built-in problem. ``text`` picks where to look (default: every message)."""
+    from lcb.builtin import load_solutions
+    from lcb.data import load_problems
+
+    solutions = load_solutions()
+    # The statement's opening identifies the problem and survives every team's prompt layout.
+    keys = {problem.id: problem.statement[:80] for problem in load_problems("builtin").problems}
+    read = text or (lambda request: request.all_text)
+
+    def answer(request: ChatRequest) -> str | None:
+        body = read(request)
+        for problem_id, key in keys.items():
+            if key in body:
+                return fenced_python(solutions[problem_id]["correct" if is_solved(request, problem_id) else "wrong"])
+        return None
+
+    return answer
+
+
 # --------------------------------------------------------------------------------------------
 # File form (YAML or JSON)
 
