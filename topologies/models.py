@@ -286,35 +286,54 @@ def _status_message(exc: Any) -> str:
     return _one_line(detail or getattr(exc, "message", "") or exc)
 
 
-def _retry_after(exc: Any) -> float | None:
-    response = getattr(exc, "response", None)
-    value = response.headers.get("retry-after") if response is not None else None
+def _retry_after(value: str | None) -> float | None:
     try:
         return min(max(float(value), 0.0), 60.0) if value is not None else None
     except ValueError:
         return None
 
 
+def _status_failure(status: int, endpoint: str, exc: Any, retry_after: str | None) -> Failure:
+    kind, retryable = _STATUS_RULES.get(
+        status,
+        (ErrorKind.INFRASTRUCTURE, True) if status >= 500 else (ErrorKind.MODEL, False),
+    )
+    message = f"HTTP {status} from {endpoint}: {_status_message(exc)}"
+    return Failure(kind, retryable, message, _retry_after(retry_after) if retryable else None)
+
+
+def _connection_failure(exc: BaseException, endpoint: str) -> Failure:
+    import aiohttp
+
+    cause = _root_cause(exc)
+    reason = _one_line(cause) if cause is not exc else _one_line(exc) or "connection error"
+    if isinstance(cause, ConnectionRefusedError) or isinstance(getattr(exc, "os_error", None), ConnectionRefusedError):
+        reason = "connection refused"
+    if isinstance(exc, aiohttp.ClientError) and not isinstance(exc, aiohttp.ClientConnectorError):
+        # Connected, then the exchange broke (server hung up, truncated body).
+        return Failure(ErrorKind.INFRASTRUCTURE, True, f"connection to {endpoint} broke: {reason}")
+    return Failure(ErrorKind.INFRASTRUCTURE, True, f"cannot reach {endpoint}: {reason}")
+
+
 def classify(exc: BaseException, endpoint: str, timeout_s: float) -> Failure | None:
-    """Whose fault and whether to retry; None for exceptions that are bugs, not call failures."""
+    """Whose fault and whether to retry; None for exceptions that are bugs, not call failures.
+
+    Covers both wires: LeanChatOpenAI's (``HTTPStatusFailure``, aiohttp errors, ``TimeoutError``)
+    and the openai SDK's (streaming calls).
+    """
+    import aiohttp
     import openai
 
+    from topologies.lean_openai import HTTPStatusFailure
+
+    if isinstance(exc, HTTPStatusFailure):
+        return _status_failure(exc.status, endpoint, exc, exc.retry_after)
     if isinstance(exc, openai.APIStatusError):
-        status = exc.status_code
-        kind, retryable = _STATUS_RULES.get(
-            status,
-            (ErrorKind.INFRASTRUCTURE, True) if status >= 500 else (ErrorKind.MODEL, False),
-        )
-        message = f"HTTP {status} from {endpoint}: {_status_message(exc)}"
-        return Failure(kind, retryable, message, _retry_after(exc) if retryable else None)
-    if isinstance(exc, openai.APITimeoutError):
+        return _status_failure(exc.status_code, endpoint, exc, exc.response.headers.get("retry-after"))
+    if isinstance(exc, (openai.APITimeoutError, TimeoutError)):
         return Failure(ErrorKind.INFRASTRUCTURE, True, f"no answer from {endpoint} within {timeout_s:g} s")
-    if isinstance(exc, openai.APIConnectionError):
-        cause = _root_cause(exc)
-        reason = _one_line(cause) if cause is not exc else "connection error"
-        if isinstance(cause, ConnectionRefusedError):
-            reason = "connection refused"
-        return Failure(ErrorKind.INFRASTRUCTURE, True, f"cannot reach {endpoint}: {reason}")
+    if isinstance(exc, (openai.APIConnectionError, aiohttp.ClientError)):
+        return _connection_failure(exc, endpoint)
     if isinstance(exc, (openai.APIResponseValidationError, ValueError, KeyError, TypeError, IndexError)):
         # Raised while reading the response (not JSON, no choices, wrong shape): a broken or
         # overloaded server, so it counts as transport. Inputs are validated before the call.
@@ -436,18 +455,22 @@ class OpenAIChatClient:
         return model
 
     def _build_model(self, url: str) -> Any:
-        from langchain_openai import ChatOpenAI
         from langchain_openai._compat import httpx as sdk_httpx  # the httpx flavour openai uses
 
+        from topologies.lean_openai import LeanChatOpenAI
+
         timeout = self.config.timeout_s
-        # Our own pool per event loop; keep-alive sized for hundreds of concurrent calls.
+        # Our own pool per event loop; keep-alive sized for hundreds of concurrent calls. Plain
+        # calls take LeanChatOpenAI's aiohttp wire; this pool serves streaming (LangGraph's
+        # "messages" mode) through the SDK.
         http = sdk_httpx.AsyncClient(
             timeout=sdk_httpx.Timeout(timeout, connect=min(timeout, 10.0)),
             limits=sdk_httpx.Limits(max_connections=2000, max_keepalive_connections=500),
             # A proxy configured in the environment must not capture loopback servers.
             trust_env=not _is_loopback_url(url),
         )
-        return ChatOpenAI(
+        return LeanChatOpenAI(
+            trust_env=not _is_loopback_url(url),
             model=self.config.id,
             base_url=url,
             api_key=self.config.api_key,
@@ -464,7 +487,7 @@ class OpenAIChatClient:
         """Close the connection pools created in the running event loop."""
         models = self._models.pop(asyncio.get_running_loop(), {})
         for model in models.values():
-            await model.root_async_client.close()
+            await model.aclose()
 
     # -- calls ----------------------------------------------------------------------------------
 

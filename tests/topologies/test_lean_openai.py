@@ -1,0 +1,108 @@
+"""LeanChatOpenAI sends what ChatOpenAI sends and returns what ChatOpenAI returns."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+from aiohttp import web
+from langchain_core.tools import tool
+from langchain_openai import ChatOpenAI
+
+from topologies.lean_openai import HTTPStatusFailure, LeanChatOpenAI
+from topologies.models import classify
+from topologies.scripted import Match, Reply, Rule, Script, ScriptedServer, ToolCall
+from topologies.types import ErrorKind
+
+
+@tool
+def python_exec(code: str, stdin: str = "") -> str:
+    """Run a Python program and return its output."""
+    return ""
+
+
+MESSAGES = [("system", "You are a solver."), ("user", "hello"), ("assistant", "hm"), ("user", "use the tool")]
+OPTIONS = {"temperature": 0.3, "top_p": 0.8, "seed": 5, "max_tokens": 77, "extra_body": {"repetition_penalty": 1.1}}
+
+
+def _models(url: str) -> tuple[ChatOpenAI, LeanChatOpenAI]:
+    common = {"model": "m", "base_url": url, "api_key": "secret", "max_retries": 0, "use_responses_api": False,
+              "cache": False}
+    return ChatOpenAI(**common), LeanChatOpenAI(trust_env=False, **common)
+
+
+async def _both(url: str, *, tools: bool) -> list:
+    replies = []
+    for model in _models(url):
+        runnable = model.bind_tools([python_exec], tool_choice="auto") if tools else model
+        replies.append(await runnable.ainvoke(MESSAGES, **OPTIONS))
+        await (model.aclose() if isinstance(model, LeanChatOpenAI) else model.root_async_client.close())
+    return replies
+
+
+@pytest.mark.parametrize("tools", [False, True], ids=["plain", "tools"])
+def test_same_request_body_and_same_message_as_chatopenai(tools):
+    reply = Reply(tool_calls=(ToolCall("python_exec", {"code": "print(1)"}),)) if tools else Reply("the answer")
+    with ScriptedServer(Script([Rule("r", Match(user="use the tool"), reply)])) as srv:
+        stock, lean = asyncio.run(_both(srv.base_url, tools=tools))
+        bodies = [dict(r.body) for r in srv.requests]
+    assert bodies[0] == bodies[1]
+    assert bodies[1]["repetition_penalty"] == 1.1 and "extra_body" not in bodies[1]
+    assert ("tools" in bodies[1]) is tools
+    assert lean.content == stock.content
+    assert lean.usage_metadata == stock.usage_metadata
+    assert [(c["name"], c["args"]) for c in lean.tool_calls] == [(c["name"], c["args"]) for c in stock.tool_calls]
+    assert lean.response_metadata["model_name"] == stock.response_metadata["model_name"]
+
+
+async def _headers_seen(reply_status: int, reply_body: bytes, headers: dict | None = None) -> tuple[dict, object]:
+    seen: dict = {}
+
+    async def chat(request: web.Request) -> web.Response:
+        seen.update(request.headers)
+        return web.Response(status=reply_status, body=reply_body, content_type="application/json",
+                            headers=headers or {})
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", chat)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]
+    model = _models(f"http://127.0.0.1:{port}/v1")[1]
+    try:
+        outcome: object = await model.ainvoke(MESSAGES)
+    except Exception as exc:  # noqa: BLE001 - the test inspects it
+        outcome = exc
+    finally:
+        await model.aclose()
+        await runner.cleanup()
+    return seen, outcome
+
+
+def test_bearer_key_and_json_content_type_are_sent():
+    body = json.dumps({"id": "x", "object": "chat.completion", "model": "m",
+                       "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"},
+                                    "finish_reason": "stop"}]}).encode()
+    headers, message = asyncio.run(_headers_seen(200, body))
+    assert headers["Authorization"] == "Bearer secret"
+    assert headers["Content-Type"] == "application/json"
+    assert message.content == "hi"
+
+
+def test_error_status_keeps_status_message_and_retry_after():
+    body = json.dumps({"error": {"message": "slow down"}}).encode()
+    _, error = asyncio.run(_headers_seen(429, body, {"Retry-After": "3"}))
+    assert isinstance(error, HTTPStatusFailure) and error.status == 429
+    failure = classify(error, "http://e/v1", 5)
+    assert failure.kind is ErrorKind.INFRASTRUCTURE and failure.retryable and failure.retry_after_s == 3.0
+    assert failure.message == "HTTP 429 from http://e/v1: slow down"
+
+
+@pytest.mark.parametrize("body", [b"[1, 2]", b"<html>gateway</html>"], ids=["json-list", "not-json"])
+def test_a_body_that_is_not_a_json_object_is_a_malformed_response(body):
+    _, error = asyncio.run(_headers_seen(200, body))
+    failure = classify(error, "http://e/v1", 5)
+    assert failure is not None and failure.retryable and failure.message.startswith("malformed response")
