@@ -19,8 +19,10 @@
     serial calls x latency). Target >= 80 %. To separate the teams from the machine, the very
     same calls are then replayed straight through the client with the same number of serial
     streams: "% of the raw client" is what the team framework keeps of what the client and
-    server can deliver on this machine. (With C ms of client CPU per call and 32 serial calls in
-    flight every 100 ms, one event loop saturates once 320 x C approaches 1000 ms.)
+    server can deliver on this machine; the same requests as bare HTTP posts (no model layer, bodies
+    built beforehand) give the ceiling of the machine and the scripted server themselves. (With C
+    ms of client CPU per call and 32 serial calls in flight every 100 ms, one event loop saturates
+    once 320 x C approaches 1000 ms; the server pays its own CPU per request on the same cores.)
 
 The scripted server runs in its own process (so its work does not share our GIL) and plays every
 role without tools (``use_tools=False``), so no sandbox time is mixed into the figures.
@@ -125,6 +127,28 @@ async def replay(client: Any, calls: list[tuple[str, Any, dict[str, Any]]], work
     return time.perf_counter() - started
 
 
+async def wire_floor(url: str, calls: list[tuple[str, Any, dict[str, Any]]], workers: int) -> float:
+    """Wall time for the same requests as bare HTTP posts (bodies built beforehand): what this
+    machine and the scripted server deliver with no model layer at all."""
+    import aiohttp
+    from langchain_core.messages import convert_to_messages
+    from langchain_openai.chat_models.base import _convert_message_to_dict
+
+    bodies = [json.dumps({"model": "scripted-model", "messages": [_convert_message_to_dict(m) for m in
+                                                               convert_to_messages(messages)]}).encode()
+              for _role, messages, _kwargs in calls]
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),
+                                     headers={"Content-Type": "application/json"}) as session:
+        async def worker() -> None:
+            while bodies:
+                async with session.post(f"{url}/chat/completions", data=bodies.pop()) as reply:
+                    await reply.read()
+
+        started = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(workers)))
+        return time.perf_counter() - started
+
+
 async def overhead(url: str, repeats: int) -> dict[str, Any]:
     from topologies.prompts import default_team_spec
     from topologies.teams import run_team
@@ -190,12 +214,14 @@ async def throughput(url: str, topology: str, size: int, rows: int, concurrency:
         errors = sum(1 for t in results if t.error)
     wall = time.perf_counter() - started
     raw = await replay(client.inner, client.calls, concurrency * width)
+    floor = await wire_floor(client.inner.config.endpoints[0], client.calls, concurrency * width)
     await client.inner.aclose()
     ideal = math.ceil(rows / concurrency) * critical_calls * latency_s
     return {"topology": topology, "path": "team+grading" if grade else "team only", "rows": rows,
             "concurrency": concurrency, "calls": len(client.calls), "errors": errors,
             "wall_s": round(wall, 3), "ideal_s": round(ideal, 3), "efficiency": round(ideal / wall, 3),
-            "raw_client_wall_s": round(raw, 3), "efficiency_vs_raw_client": round(raw / wall, 3)}
+            "raw_client_wall_s": round(raw, 3), "efficiency_vs_raw_client": round(raw / wall, 3),
+            "bare_http_wall_s": round(floor, 3), "machine_ceiling": round(min(1.0, ideal / floor), 3)}
 
 
 def main() -> int:
@@ -239,7 +265,9 @@ def main() -> int:
         print(f"    {run['topology']:<14} {run['path']:<13} {run['rows']} rows in {run['wall_s']:.2f} s, "
               f"ideal {run['ideal_s']:.2f} s -> {100 * run['efficiency']:.1f} %; the same {run['calls']} calls "
               f"straight through the client: {run['raw_client_wall_s']:.2f} s -> team at "
-              f"{100 * run['efficiency_vs_raw_client']:.1f} % of the raw client (errors {run['errors']})")
+              f"{100 * run['efficiency_vs_raw_client']:.1f} % of the raw client; as bare HTTP posts: "
+              f"{run['bare_http_wall_s']:.2f} s -> this machine and server allow at most "
+              f"{100 * run['machine_ceiling']:.1f} % of ideal (errors {run['errors']})")
     print(json.dumps({"overhead_ms_per_call_worst": worst, "overhead": figures, "throughput": runs}))
     return 0
 
