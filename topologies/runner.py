@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -68,7 +69,8 @@ def build_parser(topology: str, prog: str | None = None) -> argparse.ArgumentPar
     model.add_argument("--max-tokens", type=int, default=4096)
     model.add_argument("--seed", type=int, default=0, help="run seed (per-agent seeds derive from it)")
     run = parser.add_argument_group("run")
-    run.add_argument("--concurrency", type=int, default=8, help="problems in flight (default 8)")
+    run.add_argument("--concurrency", type=int, default=8,
+                     help="problems with their team at the model at once (default 8); grading runs beside, one per core")
     run.add_argument("--out-dir", type=Path, help="write predictions.jsonl and traces/ here")
     run.add_argument("--out", type=Path, help="predictions file path (overrides --out-dir's)")
     run.add_argument("--resume", action="store_true", help="skip ids already in the predictions file")
@@ -236,16 +238,23 @@ def failed_verdict(problem: Any, tests: str, message: str) -> Any:
     return Verdict(problem.id, Outcome.NO_CODE, 0, len(problem.tests(tests)), (), message)
 
 
-async def run_row(problem: Any, settings: RunSettings) -> tuple[dict[str, Any], dict[str, Any] | None]:
-    """One problem: team run, grading, record, trace. Never raises (a bug becomes the row's error)."""
+async def run_row(problem: Any, settings: RunSettings, team_slot: Any = None
+                  ) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """One problem: team run, grading, record, trace. Never raises (a bug becomes the row's error).
+
+    ``team_slot`` (a semaphore) is held for the team run only: grading runs after it is released,
+    so the next row is already talking to the model while this one is graded.
+    """
     from lcb.grading import agrade
     from lcb.records import make_record
     from topologies.teams import run_team, trajectory_to_dict
 
     started = time.perf_counter()
     try:
-        trajectory = await run_team(settings.spec, problem, settings.client, decoding=settings.decoding,
-                                    seed=settings.seed, limits=settings.limits)
+        async with team_slot or contextlib.nullcontext():
+            started = time.perf_counter()  # a row's latency starts when it gets its slot
+            trajectory = await run_team(settings.spec, problem, settings.client, decoding=settings.decoding,
+                                        seed=settings.seed, limits=settings.limits)
         latency = time.perf_counter() - started
         async with settings.grade_slots:
             verdict = await agrade(problem, trajectory.code, tests=settings.tests)
@@ -265,15 +274,14 @@ async def run_rows(problems: list[Any], settings: RunSettings, sink: RecordSink,
                    *, on_row: Any = None) -> None:
     from tqdm import tqdm
 
-    slots = asyncio.Semaphore(concurrency)
+    slots = asyncio.Semaphore(concurrency)  # rows at the model; grading is bounded by grade_slots
     # disable=None: a live bar on a terminal, nothing in logs and pipes
     bar = tqdm(total=len(problems), file=sys.stderr, unit="problem", dynamic_ncols=True, disable=None)
     solved = 0
 
     async def one(problem: Any) -> None:
         nonlocal solved
-        async with slots:
-            record, trace = await run_row(problem, settings)
+        record, trace = await run_row(problem, settings, slots)
         sink.add(record, trace)
         solved += int(record.get("em", 0))
         bar.update(1)

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from topologies.runner import main
-from topologies.scripted import Fault, FaultKind, Match, Rule, Script, ScriptedServer
+from topologies.scripted import Fault, FaultKind, Match, Reply, Rule, Script, ScriptedServer
 from topologies.teams.rehearsal import team_script
 
 REPO = Path(__file__).resolve().parents[2]
@@ -193,3 +193,32 @@ def test_every_row_failing_on_infrastructure_is_exit_1(capsys: Any) -> None:
     assert code == 1
     assert summary_of(out)["infrastructure_errors"] == 1
     assert err.strip().splitlines()[-1].startswith("error: every row failed on an infrastructure error")
+
+
+def test_grading_does_not_hold_a_model_slot() -> None:
+    """With one slot, the next problem's team talks to the model while the last one is graded."""
+    import asyncio
+
+    from lcb.data import load_problems
+    from topologies.models import make_client, resolve_model
+    from topologies.prompts import default_team_spec
+    from topologies.runner import Outputs, RecordSink, RunSettings, run_rows
+    from topologies.types import Decoding
+
+    slow_wrong = "```python\nimport time\ntime.sleep(0.3)\nprint(0)\n```"  # ~2 s over 7 tests
+    problems = [p for p in load_problems("builtin").problems if p.id in ("demo_stdin", "demo_functional")]
+    problems.sort(key=lambda p: p.id != "demo_stdin")  # the slow-to-grade one takes the slot first
+    seen_at_finish: dict[str, int] = {}
+    with ScriptedServer(Script([Rule("answer", Match(), Reply(slow_wrong))])) as srv:
+        client = make_client(resolve_model("scripted", task_endpoints=srv.base_url))
+        settings = RunSettings(default_team_spec("single"), client, Decoding(), 0, "hidden")
+        sink = RecordSink(Outputs(None, None), [], resume=False)
+
+        async def go() -> None:
+            await run_rows(problems, settings, sink, 1,
+                           on_row=lambda problem, record: seen_at_finish.setdefault(problem.id, srv.request_count))
+            await client.aclose()
+
+        asyncio.run(go())
+    assert seen_at_finish["demo_stdin"] == 2  # the second team had already asked the model
+    assert {r["id"]: r["outcome"] for r in sink.records}["demo_stdin"] == "wrong_answer"
