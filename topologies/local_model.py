@@ -349,8 +349,7 @@ def ensure_server(
 
 
 def _smoke() -> str:
-    import asyncio
-
+    from topologies import aio
     from topologies.models import make_client, resolve_model
     from topologies.types import Decoding
 
@@ -367,7 +366,7 @@ def _smoke() -> str:
             await client.aclose()
         return str(reply.content)
 
-    return asyncio.run(ask())
+    return aio.run(ask())
 
 
 def main(argv: list[str] | None = None) -> int:

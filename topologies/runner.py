@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from topologies import aio
+
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 FORMATS = ("freeform", "semi_structured", "structured_soft")
 SELECTION_FLAGS = ("only", "limit", "offset", "difficulty", "platform", "data", "release")
@@ -419,7 +421,7 @@ def main(topology: str, argv: list[str] | None = None, *, prog: str | None = Non
     args = build_parser(topology, prog).parse_args(argv)
     try:
         check_args(topology, args)
-        return asyncio.run(execute(topology, args))
+        return aio.run(execute(topology, args))
     except UsageError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE

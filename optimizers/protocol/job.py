@@ -9,7 +9,6 @@ after ``selection.json`` is sealed.
 
 from __future__ import annotations
 
-import asyncio
 import sys
 import time
 import traceback
@@ -41,6 +40,7 @@ from optimizers.protocol.selection import decide, find_forbidden_keys
 from optimizers.protocol.splits import SplitData, SplitIds, lcb_loader, split_ids_for
 from optimizers.protocol.store import JobStore
 from optimizers.registry import get_optimizer_class
+from topologies import aio
 
 LEARNING_CURVE_EVERY = 10
 
@@ -587,7 +587,7 @@ async def run_job_async(cfg: JobConfig, runtime: JobRuntime | None = None) -> di
 
 def run_job(cfg: JobConfig, runtime: JobRuntime | None = None) -> dict[str, Any]:
     """Run the configured phase(s); returns result.json's payload (or a phase record)."""
-    return asyncio.run(run_job_async(cfg, runtime))
+    return aio.run(run_job_async(cfg, runtime))
 
 
 def summary_line(result: Mapping[str, Any]) -> dict[str, Any]:

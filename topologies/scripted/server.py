@@ -28,6 +28,8 @@ from typing import Any
 
 from aiohttp import web
 
+from topologies import aio
+
 from topologies.scripted.script import (
     Decision,
     FaultKind,
@@ -152,7 +154,7 @@ class ScriptedServer:
     # -- lifecycle ----------------------------------------------------------------------------
 
     def _run_thread(self) -> None:
-        loop = asyncio.new_event_loop()
+        loop = aio.new_event_loop()
         self._loop = loop
         asyncio.set_event_loop(loop)
         try:
@@ -309,7 +311,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ready {srv.base_url}", flush=True)
 
     try:
-        asyncio.run(server.serve(on_ready=announce))
+        aio.run(server.serve(on_ready=announce))
     except OSError as exc:
         print(f"error: cannot listen on {args.host}:{args.port}: {exc.strerror or exc}", file=sys.stderr)
         return 2
