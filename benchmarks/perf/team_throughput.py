@@ -25,7 +25,9 @@
     once 320 x C approaches 1000 ms; the server pays its own CPU per request on the same cores.)
 
 The scripted server runs in its own process (so its work does not share our GIL) and plays every
-role without tools (``use_tools=False``), so no sandbox time is mixed into the figures.
+role without tools (``use_tools=False``), so no sandbox time is mixed into the figures (except in
+the "team+grading" run). Both sides run on the project's event loop (uvloop where installed, as
+the runner and jobs do); ``LCB_GRID_EVENT_LOOP=asyncio`` measures the standard loop instead.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ import argparse
 import asyncio
 import json
 import math
+import os
 import subprocess
 import sys
 import time
@@ -65,6 +68,11 @@ class ScriptedProcess:
             self.close()
             raise SystemExit(f"error: the scripted server did not start ({line!r})")
         self.url = line.split()[1]
+
+    def cpu_s(self) -> float:
+        """User + system CPU seconds the server process has used so far."""
+        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     def close(self) -> None:
         if self.process.stdin:
@@ -184,19 +192,21 @@ async def overhead(url: str, repeats: int) -> dict[str, Any]:
     return figures
 
 
-async def throughput(url: str, topology: str, size: int, rows: int, concurrency: int, latency_s: float,
-                     critical_calls: int, width: int, *, grade: bool) -> dict[str, Any]:
+async def throughput(server: ScriptedProcess, topology: str, size: int, rows: int, concurrency: int,
+                     latency_s: float, critical_calls: int, width: int, *, grade: bool) -> dict[str, Any]:
     """``critical_calls``: serial calls per row; ``width``: calls a row has in flight at once."""
     from topologies.prompts import default_team_spec
     from topologies.runner import Outputs, RecordSink, RunSettings, run_rows
     from topologies.teams import run_team
     from topologies.types import Decoding
 
+    url = server.url
     client = TimedClient(client_for(url))
     spec = default_team_spec(topology, team_size=size)
     batch = problems(rows)
     await run_team(spec, batch[0], client, decoding=Decoding())  # warm-up
     client.reset()
+    our_cpu, server_cpu = time.process_time(), server.cpu_s()
     started = time.perf_counter()
     if grade:
         settings = RunSettings(spec, client, Decoding(), 0, "hidden")
@@ -213,6 +223,7 @@ async def throughput(url: str, topology: str, size: int, rows: int, concurrency:
         results = await asyncio.gather(*(one(p) for p in batch))
         errors = sum(1 for t in results if t.error)
     wall = time.perf_counter() - started
+    our_cpu, server_cpu = time.process_time() - our_cpu, server.cpu_s() - server_cpu
     raw = await replay(client.inner, client.calls, concurrency * width)
     floor = await wire_floor(client.inner.config.endpoints[0], client.calls, concurrency * width)
     await client.inner.aclose()
@@ -221,7 +232,11 @@ async def throughput(url: str, topology: str, size: int, rows: int, concurrency:
             "concurrency": concurrency, "calls": len(client.calls), "errors": errors,
             "wall_s": round(wall, 3), "ideal_s": round(ideal, 3), "efficiency": round(ideal / wall, 3),
             "raw_client_wall_s": round(raw, 3), "efficiency_vs_raw_client": round(raw / wall, 3),
-            "bare_http_wall_s": round(floor, 3), "machine_ceiling": round(min(1.0, ideal / floor), 3)}
+            "bare_http_wall_s": round(floor, 3), "machine_ceiling": round(min(1.0, ideal / floor), 3),
+            # CPU the run itself used: ours (one event loop, plus grading) and the server's
+            "our_cpu_ms_per_call": round(1000 * our_cpu / len(client.calls), 3),
+            "server_cpu_ms_per_call": round(1000 * server_cpu / len(client.calls), 3),
+            "cores": os.cpu_count()}
 
 
 def main() -> int:
@@ -232,13 +247,15 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=3, help="passes over the 14 built-in problems in (a)")
     parser.add_argument("--latency", type=float, default=0.1)
     args = parser.parse_args()
+    from topologies import aio  # the event loop the runner and jobs use (uvloop where installed)
+
     if args.serve is not None:
         serve(args.serve)
         return 0
 
     fast = ScriptedProcess(0.0)
     try:
-        figures = asyncio.run(overhead(fast.url, args.repeats))
+        figures = aio.run(overhead(fast.url, args.repeats))
     finally:
         fast.close()
     print("(a) team framework overhead per model call, zero latency (target < 5 ms):")
@@ -253,7 +270,7 @@ def main() -> int:
     slow = ScriptedProcess(args.latency)
     try:
         # critical path: sequential (size 4, no tools) = 4 calls per row; decentralized = 2 rounds
-        runs = [asyncio.run(throughput(slow.url, topology, 4, args.rows, args.concurrency, args.latency, depth,
+        runs = [aio.run(throughput(slow, topology, 4, args.rows, args.concurrency, args.latency, depth,
                                        width, grade=grade))
                 for topology, depth, width, grade in (("sequential", 4, 1, False), ("decentralized", 2, 4, False),
                                                       ("sequential", 4, 1, True))]
@@ -268,6 +285,9 @@ def main() -> int:
               f"{100 * run['efficiency_vs_raw_client']:.1f} % of the raw client; as bare HTTP posts: "
               f"{run['bare_http_wall_s']:.2f} s -> this machine and server allow at most "
               f"{100 * run['machine_ceiling']:.1f} % of ideal (errors {run['errors']})")
+        print(f"    {'':<14} {'':<13} CPU per call: ours {run['our_cpu_ms_per_call']:.2f} ms + server "
+              f"{run['server_cpu_ms_per_call']:.2f} ms on {run['cores']} cores; the ideal needs "
+              f"{run['calls'] / run['ideal_s']:.0f} calls/s")
     print(json.dumps({"overhead_ms_per_call_worst": worst, "overhead": figures, "throughput": runs}))
     return 0
 
