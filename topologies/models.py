@@ -460,17 +460,18 @@ class OpenAIChatClient:
         from topologies.lean_openai import LeanChatOpenAI
 
         timeout = self.config.timeout_s
+        # A proxy configured in the environment must not capture loopback servers.
+        trust_env = not _is_loopback_url(url)
         # Our own pool per event loop; keep-alive sized for hundreds of concurrent calls. Plain
         # calls take LeanChatOpenAI's aiohttp wire; this pool serves streaming (LangGraph's
         # "messages" mode) through the SDK.
         http = sdk_httpx.AsyncClient(
             timeout=sdk_httpx.Timeout(timeout, connect=min(timeout, 10.0)),
             limits=sdk_httpx.Limits(max_connections=2000, max_keepalive_connections=500),
-            # A proxy configured in the environment must not capture loopback servers.
-            trust_env=not _is_loopback_url(url),
+            trust_env=trust_env,
         )
         return LeanChatOpenAI(
-            trust_env=not _is_loopback_url(url),
+            trust_env=trust_env,
             model=self.config.id,
             base_url=url,
             api_key=self.config.api_key,

@@ -225,7 +225,7 @@ async def throughput(server: ScriptedProcess, topology: str, size: int, rows: in
     wall = time.perf_counter() - started
     our_cpu, server_cpu = time.process_time() - our_cpu, server.cpu_s() - server_cpu
     raw = await replay(client.inner, client.calls, concurrency * width)
-    floor = await wire_floor(client.inner.config.endpoints[0], client.calls, concurrency * width)
+    floor = await wire_floor(url, client.calls, concurrency * width)
     await client.inner.aclose()
     ideal = math.ceil(rows / concurrency) * critical_calls * latency_s
     return {"topology": topology, "path": "team+grading" if grade else "team only", "rows": rows,
