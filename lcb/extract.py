@@ -19,6 +19,7 @@ import ast
 import textwrap
 import warnings
 from dataclasses import dataclass
+from functools import lru_cache
 
 PYTHON_LABELS = frozenset({"python", "py", "python3"})
 THINK_END = "</think>"
@@ -115,6 +116,13 @@ def official_extract(text: str) -> str:
 def extract_code(text: str | None) -> Extraction:
     if not text:
         return Extraction(None, "none")
+    return _extract(text)
+
+
+# Teams extract from the same reply several times (the turn's result, salvage, the vote, format
+# metrics) and each extraction parses every candidate block: remember recent answers.
+@lru_cache(maxsize=1024)
+def _extract(text: str) -> Extraction:
     text = text.replace("\r\n", "\n")
     if THINK_END in text:
         text = text.rsplit(THINK_END, 1)[1]

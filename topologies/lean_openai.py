@@ -6,8 +6,15 @@ cost 3-4 ms of CPU per call, about ten times the HTTP exchange itself, and one e
 saturates near 250 calls/s. Everything that gives the call its meaning stays ChatOpenAI's own:
 the request body comes from ``_get_request_payload`` (message conversion, bound tools,
 ``extra_body``) and the message from ``_create_chat_result`` (tool calls, usage metadata), and
-the call still runs through LangChain's ``ainvoke`` with its callbacks. Only the wire changes.
-Streaming, structured output and the Responses API keep the SDK path.
+only the wire changes. Streaming, structured output and the Responses API keep the SDK path.
+
+``agenerate_direct`` goes one step further for callers that make many calls (the team client):
+when no callback handler, tracer, cache or rate limiter would see the call, LangChain's run
+machinery (callback-manager set-up, a task per call, run bookkeeping) has nothing to do but still
+costs about as much CPU as the HTTP exchange, so the call skips it and applies the same
+post-processing to the result (response metadata, message id). Whenever any of that machinery is
+active (LangGraph's "messages" stream mode, LangSmith tracing, a handler in the config) it
+returns ``None`` and the caller takes ``ainvoke``.
 
 Failures surface as :class:`HTTPStatusFailure` (any status >= 400), ``TimeoutError``,
 ``aiohttp.ClientError`` or ``ValueError`` (a body that is not a JSON object); ``models.classify``
@@ -17,9 +24,19 @@ sorts them exactly as it sorts the SDK's errors.
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping
+import uuid
+from typing import Any, Mapping, Sequence
 
 import aiohttp
+from langchain_core.callbacks import AsyncCallbackManager
+from langchain_core.caches import BaseCache
+from langchain_core.globals import get_llm_cache
+from langchain_core.language_models._utils import _normalize_messages
+from langchain_core.language_models.chat_models import _gen_info_and_msg_metadata
+from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.outputs import ChatResult
+from langchain_core.runnables.config import ensure_config
+from langchain_core.utils.utils import LC_ID_PREFIX
 from langchain_openai import ChatOpenAI
 from pydantic import PrivateAttr
 
@@ -70,10 +87,52 @@ class LeanChatOpenAI(ChatOpenAI):
             )
         return self._session
 
+    def _takes_lean_wire(self, payload: Mapping[str, Any]) -> bool:
+        return not (payload.get("stream") or _needs_sdk(payload) or self._use_responses_api(payload))
+
     async def _agenerate(self, messages: Any, stop: Any = None, run_manager: Any = None, **kwargs: Any) -> Any:
         payload = self._get_request_payload(messages, stop=stop, **kwargs)
-        if payload.get("stream") or _needs_sdk(payload) or self._use_responses_api(payload):
+        if not self._takes_lean_wire(payload):
             return await super()._agenerate(messages, stop=stop, run_manager=run_manager, **kwargs)
+        return await self._post(payload)
+
+    async def agenerate_direct(self, messages: Sequence[BaseMessage], **kwargs: Any) -> AIMessage | None:
+        """The reply to ``messages`` without LangChain's run machinery, or ``None`` when that
+        machinery would do something for this call (then use ``ainvoke``). ``kwargs`` are what
+        ``ainvoke`` takes after binding (``tools``, ``tool_choice``, decoding options)."""
+        if not self._run_machinery_idle():
+            return None
+        messages = _normalize_messages(messages)
+        payload = self._get_request_payload(messages, **kwargs)
+        if not self._takes_lean_wire(payload):
+            return None
+        result = await self._post(payload)
+        # what BaseChatModel._agenerate_with_cache / agenerate do with a single generation
+        generation = result.generations[0]
+        message = generation.message
+        if message.id is None:
+            message.id = f"{LC_ID_PREFIX}-{uuid.uuid4()}-0"  # as a run would name it
+        message.response_metadata = _gen_info_and_msg_metadata(generation)
+        if result.llm_output is not None:
+            message.response_metadata = {**result.llm_output, **message.response_metadata}
+        return message
+
+    def _run_machinery_idle(self) -> bool:
+        """True when ``ainvoke`` would only do bookkeeping: no handler or tracer configured for
+        this call (the same ``configure`` LangChain runs, so tracing variables and registered
+        hooks count), no cache, no rate limiter, no streaming, the default output version."""
+        if self.rate_limiter is not None or self.streaming or self.output_version == "v1":
+            return False
+        if self.cache is not False and (isinstance(self.cache, BaseCache) or
+                                        (self.cache is None and get_llm_cache() is not None)):
+            return False
+        config = ensure_config(None)  # the caller's context (a LangGraph node's config, say)
+        manager = AsyncCallbackManager.configure(config.get("callbacks"), self.callbacks, self.verbose,
+                                                 config.get("tags"), self.tags, config.get("metadata"),
+                                                 self.metadata)
+        return not manager.handlers
+
+    async def _post(self, payload: Mapping[str, Any]) -> ChatResult:
         body = _wire_body(payload)
         url = f"{(self.openai_api_base or 'https://api.openai.com/v1').rstrip('/')}/chat/completions"
         async with self._http_session().post(url, data=json.dumps(body, ensure_ascii=False).encode()) as reply:

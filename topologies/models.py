@@ -535,7 +535,10 @@ class OpenAIChatClient:
             runnable = model.bind_tools(list(tools), tool_choice=tool_choice) if tools else model
             failed = False
             try:
-                message = await runnable.ainvoke(prompt, **options)
+                # LeanChatOpenAI answers directly unless callbacks/tracing want to see the call
+                message = await model.agenerate_direct(prompt, **getattr(runnable, "kwargs", {}), **options)
+                if message is None:
+                    message = await runnable.ainvoke(prompt, **options)
             except Exception as exc:  # noqa: BLE001 - classified below; bugs re-raised
                 failure = classify(exc, endpoint.url, self.config.timeout_s)
                 if failure is None:

@@ -276,6 +276,9 @@ async def run_rows(problems: list[Any], settings: RunSettings, sink: RecordSink,
                    *, on_row: Any = None) -> None:
     from tqdm import tqdm
 
+    from topologies.heap import settle_for_batches
+
+    settle_for_batches()
     slots = asyncio.Semaphore(concurrency)  # rows at the model; grading is bounded by grade_slots
     # disable=None: a live bar on a terminal, nothing in logs and pipes
     bar = tqdm(total=len(problems), file=sys.stderr, unit="problem", dynamic_ncols=True, disable=None)

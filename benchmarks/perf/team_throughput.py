@@ -27,7 +27,9 @@
 The scripted server runs in its own process (so its work does not share our GIL) and plays every
 role without tools (``use_tools=False``), so no sandbox time is mixed into the figures (except in
 the "team+grading" run). Both sides run on the project's event loop (uvloop where installed, as
-the runner and jobs do); ``LCB_GRID_EVENT_LOOP=asyncio`` measures the standard loop instead.
+the runner and jobs do); ``LCB_GRID_EVENT_LOOP=asyncio`` measures the standard loop instead. Our process
+takes the runner's garbage-collector settings (topologies/heap.py; ``LCB_GRID_GC=default`` measures
+CPython's defaults).
 """
 
 from __future__ import annotations
@@ -252,6 +254,9 @@ def main() -> int:
     if args.serve is not None:
         serve(args.serve)
         return 0
+    from topologies.heap import settle_for_batches
+
+    settle_for_batches()  # as the runner and jobs do before their first batch
 
     fast = ScriptedProcess(0.0)
     try:

@@ -173,7 +173,10 @@ class Job:
                 _ = self.reflection
 
     async def run(self) -> dict[str, Any]:
+        from topologies.heap import settle_for_batches
+
         self._connect_models()
+        settle_for_batches()
         with self.store.lock():
             self.store.ensure_job(self.identity.record(self.seed_candidate, self.split_ids))
             phase = self.cfg.phase

@@ -7,6 +7,8 @@ import json
 
 import pytest
 from aiohttp import web
+from langchain_core.callbacks import BaseCallbackHandler
+from langchain_core.tracers.context import collect_runs
 from langchain_core.tools import tool
 from langchain_openai import ChatOpenAI
 
@@ -106,3 +108,71 @@ def test_a_body_that_is_not_a_json_object_is_a_malformed_response(body):
     _, error = asyncio.run(_headers_seen(200, body))
     failure = classify(error, "http://e/v1", 5)
     assert failure is not None and failure.retryable and failure.message.startswith("malformed response")
+
+
+async def _direct_and_invoked(url: str, *, tools: bool) -> list:
+    from langchain_core.messages import convert_to_messages
+
+    model = _models(url)[1]
+    runnable = model.bind_tools([python_exec], tool_choice="auto") if tools else model
+    bound = getattr(runnable, "kwargs", {})
+    try:
+        invoked = await runnable.ainvoke(MESSAGES, **OPTIONS)
+        direct = await model.agenerate_direct(convert_to_messages(MESSAGES), **bound, **OPTIONS)
+    finally:
+        await model.aclose()
+    return [invoked, direct]
+
+
+@pytest.mark.parametrize("tools", [False, True], ids=["plain", "tools"])
+def test_direct_call_sends_and_returns_what_ainvoke_does(tools):
+    reply = Reply(tool_calls=(ToolCall("python_exec", {"code": "print(1)"}),)) if tools else Reply("the answer")
+    with ScriptedServer(Script([Rule("r", Match(user="use the tool"), reply)])) as srv:
+        invoked, direct = asyncio.run(_direct_and_invoked(srv.base_url, tools=tools))
+        bodies = [dict(r.body) for r in srv.requests]
+    assert len(bodies) == 2 and bodies[0] == bodies[1]
+    assert direct is not None and type(direct) is type(invoked)
+    assert direct.content == invoked.content
+    # the scripted server numbers its replies and tool-call ids: the second reply differs only there
+    assert direct.tool_calls == [{**c, "id": c["id"].replace("call_1_", "call_2_")} for c in invoked.tool_calls]
+    assert direct.usage_metadata == invoked.usage_metadata
+    assert direct.response_metadata == {**invoked.response_metadata, "id": "chatcmpl-scripted-2"}
+    assert direct.id.startswith("lc_run--") and invoked.id.startswith("lc_run--") and direct.id != invoked.id
+
+
+class _Seen(BaseCallbackHandler):
+    def __init__(self) -> None:
+        self.starts = 0
+
+    def on_chat_model_start(self, *args, **kwargs) -> None:
+        self.starts += 1
+
+
+async def _direct_inside(url: str, config: dict) -> object:
+    from langchain_core.messages import convert_to_messages
+    from langchain_core.runnables import RunnableLambda
+
+    model = _models(url)[1]
+
+    async def node(_: object) -> object:  # a LangGraph node's position: the caller's config is in context
+        return await model.agenerate_direct(convert_to_messages(MESSAGES))
+
+    try:
+        return await RunnableLambda(node).ainvoke(None, config=config)
+    finally:
+        await model.aclose()
+
+
+def test_direct_call_steps_aside_when_a_handler_or_tracer_would_see_the_call():
+    seen = _Seen()
+    with ScriptedServer(Script([Rule("r", Match(), Reply("x"))])) as srv:
+        assert asyncio.run(_direct_inside(srv.base_url, {"callbacks": [seen]})) is None
+        # a handler registered through LangChain's configure hooks (as LangSmith's tracer is)
+        with collect_runs() as collector:
+            assert asyncio.run(_direct_inside(srv.base_url, {})) is None
+        answered = asyncio.run(_direct_inside(srv.base_url, {}))
+        sent = len(srv.requests)
+    assert seen.starts == 0  # nothing was called: the caller takes ainvoke, which the handler sees
+    assert [run.name for run in collector.traced_runs] == ["node"]  # the node only, no model call
+    assert answered is not None and answered.content == "x"
+    assert sent == 1
