@@ -23,22 +23,30 @@ sorts them exactly as it sorts the SDK's errors.
 
 from __future__ import annotations
 
+import itertools
 import json
 import uuid
 from typing import Any, Mapping, Sequence
 
 import aiohttp
-from langchain_core.callbacks import AsyncCallbackManager
+import orjson
 from langchain_core.caches import BaseCache
-from langchain_core.globals import get_llm_cache
+from langchain_core.globals import get_debug, get_llm_cache
 from langchain_core.language_models._utils import _normalize_messages
 from langchain_core.language_models.chat_models import _gen_info_and_msg_metadata
 from langchain_core.messages import AIMessage, BaseMessage
 from langchain_core.outputs import ChatResult
-from langchain_core.runnables.config import ensure_config
+from langchain_core.runnables.config import var_child_runnable_config
+from langchain_core.tracers.context import _configure_hooks, _tracing_v2_is_enabled
+from langchain_core.utils.env import env_var_is_set
 from langchain_core.utils.utils import LC_ID_PREFIX
 from langchain_openai import ChatOpenAI
 from pydantic import PrivateAttr
+
+
+# uuid4 per reply costs more than the rest of the bookkeeping: a random stem and a counter
+_ID_STEM = uuid.uuid4().hex[:20]
+_reply_numbers = itertools.count()
 
 
 class HTTPStatusFailure(Exception):
@@ -55,9 +63,25 @@ class HTTPStatusFailure(Exception):
         return self.body if isinstance(self.body, str) else ""
 
 
+def _dump(body: Mapping[str, Any]) -> bytes:
+    """UTF-8 JSON; orjson is several times faster than json on the long prompts of debate rounds,
+    json covers what it refuses (e.g. integers beyond 64 bits)."""
+    try:
+        return orjson.dumps(body)
+    except TypeError:
+        return json.dumps(body, ensure_ascii=False).encode()
+
+
+def _load(raw: bytes) -> Any:
+    try:
+        return orjson.loads(raw)
+    except ValueError:
+        return json.loads(raw)  # the reference parser decides what is not JSON
+
+
 def _decode(raw: bytes) -> Any:
     try:
-        return json.loads(raw)
+        return _load(raw)
     except ValueError:
         return raw.decode("utf-8", errors="replace")
 
@@ -110,8 +134,8 @@ class LeanChatOpenAI(ChatOpenAI):
         # what BaseChatModel._agenerate_with_cache / agenerate do with a single generation
         generation = result.generations[0]
         message = generation.message
-        if message.id is None:
-            message.id = f"{LC_ID_PREFIX}-{uuid.uuid4()}-0"  # as a run would name it
+        if message.id is None:  # a run would name it lc_run--<run uuid>-0; any unique id will do
+            message.id = f"{LC_ID_PREFIX}-{_ID_STEM}{next(_reply_numbers):012x}-0"
         message.response_metadata = _gen_info_and_msg_metadata(generation)
         if result.llm_output is not None:
             message.response_metadata = {**result.llm_output, **message.response_metadata}
@@ -126,20 +150,27 @@ class LeanChatOpenAI(ChatOpenAI):
         if self.cache is not False and (isinstance(self.cache, BaseCache) or
                                         (self.cache is None and get_llm_cache() is not None)):
             return False
-        config = ensure_config(None)  # the caller's context (a LangGraph node's config, say)
-        manager = AsyncCallbackManager.configure(config.get("callbacks"), self.callbacks, self.verbose,
-                                                 config.get("tags"), self.tags, config.get("metadata"),
-                                                 self.metadata)
-        return not manager.handlers
+        # The handlers LangChain's callback configuration would attach, in its order: the
+        # caller's context (a LangGraph node's config, say), the model's own, verbose/debug
+        # printers, the LangSmith tracer, and handlers registered through configure hooks.
+        # (Checked here rather than by building a manager: that costs as much as the HTTP call.)
+        inherited = (var_child_runnable_config.get() or {}).get("callbacks")
+        if inherited and (inherited if isinstance(inherited, list) else inherited.handlers):
+            return False
+        if self.callbacks or self.verbose or get_debug() or _tracing_v2_is_enabled():
+            return False
+        return not any(var.get() is not None or (env_var is not None and handler_class is not None
+                                                 and env_var_is_set(env_var))
+                       for var, _inheritable, handler_class, env_var in _configure_hooks)
 
     async def _post(self, payload: Mapping[str, Any]) -> ChatResult:
         body = _wire_body(payload)
         url = f"{(self.openai_api_base or 'https://api.openai.com/v1').rstrip('/')}/chat/completions"
-        async with self._http_session().post(url, data=json.dumps(body, ensure_ascii=False).encode()) as reply:
+        async with self._http_session().post(url, data=_dump(body)) as reply:
             raw = await reply.read()
             if reply.status >= 400:
                 raise HTTPStatusFailure(reply.status, _decode(raw), reply.headers.get("retry-after"))
-        response = json.loads(raw)  # ValueError when the body is not JSON
+        response = _load(raw)  # ValueError when the body is not JSON
         if not isinstance(response, dict):
             raise ValueError(f"response is a JSON {type(response).__name__}, not an object")
         return self._create_chat_result(response, {})

@@ -176,3 +176,46 @@ def test_direct_call_steps_aside_when_a_handler_or_tracer_would_see_the_call():
     assert [run.name for run in collector.traced_runs] == ["node"]  # the node only, no model call
     assert answered is not None and answered.content == "x"
     assert sent == 1
+
+
+async def _direct(url: str, **settings: object) -> object:
+    from langchain_core.messages import convert_to_messages
+
+    model = _models(url)[1]
+    for name, value in settings.items():
+        setattr(model, name, value)
+    try:
+        return await model.agenerate_direct(convert_to_messages(MESSAGES))
+    finally:
+        await model.aclose()
+
+
+def test_direct_call_steps_aside_for_tracing_debug_verbose_and_model_callbacks():
+    from langchain_core.globals import set_debug
+    from langsmith import tracing_context
+
+    with ScriptedServer(Script([Rule("r", Match(), Reply("x"))])) as srv:
+        # LangSmith tracing switched on (as LANGSMITH_TRACING=true does)
+        with tracing_context(enabled=True):
+            assert asyncio.run(_direct(srv.base_url)) is None
+        set_debug(True)
+        try:
+            assert asyncio.run(_direct(srv.base_url)) is None
+        finally:
+            set_debug(False)
+        assert asyncio.run(_direct(srv.base_url, verbose=True)) is None
+        assert asyncio.run(_direct(srv.base_url, callbacks=[_Seen()])) is None
+        assert asyncio.run(_direct(srv.base_url, cache=None)) is not None  # no global cache set
+        sent = len(srv.requests)
+    assert sent == 1
+
+
+def test_wire_json_falls_back_to_the_standard_parser_where_orjson_refuses():
+    from topologies.lean_openai import _dump, _load
+
+    huge = 2**70  # beyond orjson's 64-bit integers
+    assert json.loads(_dump({"seed": huge, "text": "é"})) == {"seed": huge, "text": "é"}
+    assert _dump({"text": "é"}) == '{"text":"é"}'.encode()  # UTF-8, not \\u escapes
+    assert _load(json.dumps({"n": huge}).encode()) == {"n": huge}
+    with pytest.raises(ValueError):
+        _load(b"<html>bad gateway</html>")

@@ -42,7 +42,9 @@ async def guarded_turn(
     previous answer). Infrastructure errors propagate: the whole run must be retried."""
     fallback = previous or Standing(index, seed)
     try:
-        result = await asyncio.wait_for(turn, timeout_s) if timeout_s else await turn
+        # asyncio.timeout, not wait_for: no extra task per turn (3.11's wait_for makes one)
+        async with asyncio.timeout(timeout_s or None):
+            result = await turn
     except TimeoutError:
         return Standing(index, seed, fallback.text, fallback.extraction, "timeout",
                         f"turn timed out after {timeout_s:g}s", fallback.source)
