@@ -25,8 +25,8 @@
     once 320 x C approaches 1000 ms; the server pays its own CPU per request on the same cores.)
 
 The scripted server runs in its own process (so its work does not share our GIL) and plays every
-role without tools (``use_tools=False``), so no sandbox time is mixed into the figures (except in
-the "team+grading" run). Both sides run on the project's event loop (uvloop where installed, as
+role without running programs (``use_tools=False``; the centralized manager still delegates), so
+no sandbox time is mixed into the figures (except in the "team+grading" run). Both sides run on the project's event loop (uvloop where installed, as
 the runner and jobs do); ``LCB_GRID_EVENT_LOOP=asyncio`` measures the standard loop instead. Our process
 takes the runner's garbage-collector settings (topologies/heap.py; ``LCB_GRID_GC=default`` measures
 CPython's defaults).
@@ -55,7 +55,7 @@ def serve(latency_s: float) -> None:
     from topologies.scripted import ScriptedServer
     from topologies.teams.rehearsal import team_script
 
-    with ScriptedServer(team_script(use_tools=False, latency_s=latency_s), keep_bodies=False) as server:
+    with ScriptedServer(team_script(use_tools=False, delegate=True, latency_s=latency_s), keep_bodies=False) as server:
         print(f"ready {server.base_url}", flush=True)
         sys.stdin.read()
 
@@ -121,6 +121,14 @@ def problems(rows: int) -> list[Any]:
 
 TEAMS = (("single", 1), ("independent", 4), ("sequential", 4), ("centralized", 4), ("decentralized", 4))
 SERIAL = frozenset({"single", "sequential", "centralized"})
+# (topology, size, serial calls per row, calls a row has in flight at once, grade) for (b), with
+# the scripted player's flow (no tools): single answers at once; independent's 4 replicas answer
+# in parallel; sequential's 4 stages one after another; centralized's manager delegates to its 3
+# workers in one reply, they answer in parallel, the manager finishes; decentralized's 4 peers
+# debate 2 rounds.
+THROUGHPUT_RUNS = (("single", 1, 1, 1, False), ("independent", 4, 1, 4, False), ("sequential", 4, 4, 1, False),
+                   ("centralized", 4, 3, 3, False), ("decentralized", 4, 2, 4, False),
+                   ("sequential", 4, 4, 1, True))
 
 
 async def replay(client: Any, calls: list[tuple[str, Any, dict[str, Any]]], workers: int) -> float:
@@ -274,11 +282,9 @@ def main() -> int:
 
     slow = ScriptedProcess(args.latency)
     try:
-        # critical path: sequential (size 4, no tools) = 4 calls per row; decentralized = 2 rounds
-        runs = [aio.run(throughput(slow, topology, 4, args.rows, args.concurrency, args.latency, depth,
+        runs = [aio.run(throughput(slow, topology, size, args.rows, args.concurrency, args.latency, depth,
                                        width, grade=grade))
-                for topology, depth, width, grade in (("sequential", 4, 1, False), ("decentralized", 2, 4, False),
-                                                      ("sequential", 4, 1, True))]
+                for topology, size, depth, width, grade in THROUGHPUT_RUNS]
     finally:
         slow.close()
     print(f"(b) batch throughput at {args.latency * 1000:.0f} ms latency, concurrency {args.concurrency} "

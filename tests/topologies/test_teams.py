@@ -215,3 +215,15 @@ def test_protocol_handoff_text_is_editable(server: ScriptedServer, problem: Any)
     _, requests = run(server, spec, problem)
     debugger_first = [r for r in requests if len(r.messages) == 2][-1]
     assert "HANDOFF-MARKER-42" in user_texts(debugger_first)[0]
+
+
+def test_player_that_delegates_but_runs_no_programs(problem: Any) -> None:
+    """The throughput benchmark's player: the centralized flow stays, no sandbox time is mixed in."""
+    spec = default_team_spec("centralized", team_size=4)
+    with ScriptedServer(team_script(use_tools=False, delegate=True)) as srv:
+        trajectory, requests = run(srv, spec, problem)
+    workers = centralized_workers(4)
+    assert trajectory.extras["calls_by_role"] == {"manager": 2, **{w.role: 1 for w in workers}}
+    assert trajectory.extras["delegations"] == {w.role: 1 for w in workers}
+    assert not [m for m in trajectory.messages if m.source == "tool:python_exec"]
+    assert trajectory.code is not None and len(requests) == 2 + len(workers)

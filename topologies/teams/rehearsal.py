@@ -106,17 +106,21 @@ def team_player(
     *,
     follow_format: bool = True,
     use_tools: bool = True,
+    delegate: bool | None = None,
     name: str = "team_player",
 ) -> FunctionRule:
-    """The rule that plays every role (see module docstring)."""
+    """The rule that plays every role (see module docstring). ``use_tools=False`` never calls a
+    tool; ``delegate`` (default: ``use_tools``) decides the manager's delegations on its own, so
+    the centralized flow can be kept without running programs."""
     pick = code_for or code_from_statement(builtin_solutions())
+    delegates_work = use_tools if delegate is None else delegate
 
     def play(request: ChatRequest) -> Reply:
         code = pick(request)
         fmt = request_format(request.system) if follow_format else "freeform"
         after_tool = _last_role(request) == "tool"
         delegates = [t for t in request.tool_names if t.startswith("delegate_to_")]
-        if use_tools and delegates and not after_tool and code is not None:
+        if delegates_work and delegates and not after_tool and code is not None:
             calls = tuple(ToolCall(t, {"instructions": "Check this program on the samples.", "code": code})
                           for t in delegates)
             return Reply(content="Delegating.", tool_calls=calls)
@@ -131,7 +135,7 @@ def team_player(
 
 
 def team_script(code_for: CodeFor | None = None, *, follow_format: bool = True, use_tools: bool = True,
-                latency_s: float = 0.0, rules: tuple[Any, ...] = ()) -> Script:
+                delegate: bool | None = None, latency_s: float = 0.0, rules: tuple[Any, ...] = ()) -> Script:
     """A Script whose ``rules`` (if any) come first, then the team player."""
-    player = team_player(code_for, follow_format=follow_format, use_tools=use_tools)
+    player = team_player(code_for, follow_format=follow_format, use_tools=use_tools, delegate=delegate)
     return Script([*rules, player], latency_s=latency_s)
