@@ -124,7 +124,7 @@ class LeanChatOpenAI(ChatOpenAI):
         """The reply to ``messages`` without LangChain's run machinery, or ``None`` when that
         machinery would do something for this call (then use ``ainvoke``). ``kwargs`` are what
         ``ainvoke`` takes after binding (``tools``, ``tool_choice``, decoding options)."""
-        if not self._run_machinery_idle():
+        if not self._run_machinery_idle() or _STRUCTURED_OUTPUT_KEYS & kwargs.keys():
             return None
         messages = _normalize_messages(messages)
         payload = self._get_request_payload(messages, **kwargs)
@@ -180,6 +180,9 @@ class LeanChatOpenAI(ChatOpenAI):
             await self._session.close()
         await self.root_async_client.close()
 
+
+# Structured output (with_structured_output) is traced by agenerate: leave it to ainvoke.
+_STRUCTURED_OUTPUT_KEYS = frozenset({"ls_structured_output_format", "structured_output_format"})
 
 # Options that change more than the JSON body: left to the SDK.
 _SDK_ONLY = ("response_format", "extra_headers", "extra_query", "timeout")

@@ -178,19 +178,19 @@ def test_direct_call_steps_aside_when_a_handler_or_tracer_would_see_the_call():
     assert sent == 1
 
 
-async def _direct(url: str, **settings: object) -> object:
+async def _direct(url: str, call: dict | None = None, **settings: object) -> object:
     from langchain_core.messages import convert_to_messages
 
     model = _models(url)[1]
     for name, value in settings.items():
         setattr(model, name, value)
     try:
-        return await model.agenerate_direct(convert_to_messages(MESSAGES))
+        return await model.agenerate_direct(convert_to_messages(MESSAGES), **(call or {}))
     finally:
         await model.aclose()
 
 
-def test_direct_call_steps_aside_for_tracing_debug_verbose_and_model_callbacks():
+def test_direct_call_steps_aside_for_tracing_debug_verbose_model_callbacks_and_structured_output():
     from langchain_core.globals import set_debug
     from langsmith import tracing_context
 
@@ -205,6 +205,8 @@ def test_direct_call_steps_aside_for_tracing_debug_verbose_and_model_callbacks()
             set_debug(False)
         assert asyncio.run(_direct(srv.base_url, verbose=True)) is None
         assert asyncio.run(_direct(srv.base_url, callbacks=[_Seen()])) is None
+        structured = {"ls_structured_output_format": {"schema": {"type": "object"}}}
+        assert asyncio.run(_direct(srv.base_url, structured)) is None
         assert asyncio.run(_direct(srv.base_url, cache=None)) is not None  # no global cache set
         sent = len(srv.requests)
     assert sent == 1
