@@ -151,7 +151,9 @@ def is_final(text: str) -> bool:
     return "TERMINATE" in text or extract_code(strip_terminate(text)).code is not None
 
 
-def after_manager(state: State, runtime: Any) -> str:
+# Routers are coroutines although they never wait: LangGraph runs a plain-function router in a
+# worker thread, a thread hop per decision that costs milliseconds under load (the GIL hand-off).
+async def after_manager(state: State, runtime: Any) -> str:
     ctx: RunContext = runtime.context
     if state.get("pending_tools"):
         return "tools"
@@ -172,7 +174,7 @@ async def tools_node(state: State, runtime: Any) -> State:
     return {"pending_tools": False}
 
 
-def after_tools(state: State, runtime: Any) -> str:
+async def after_tools(state: State, runtime: Any) -> str:
     ctx: RunContext = runtime.context
     return "finish" if state.get("turns", 0) >= ctx.spec.max_turns else "manager"
 

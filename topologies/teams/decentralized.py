@@ -87,7 +87,8 @@ async def debate_round(state: State, runtime: Any) -> State:
             "history": [*state.get("history", []), summary]}
 
 
-def after_round(state: State, runtime: Any) -> str:
+async def after_round(state: State, runtime: Any) -> str:
+    """A coroutine (it never waits) so LangGraph routes inline, not via a worker thread."""
     ctx: RunContext = runtime.context
     return "debate_round" if state.get("round", 0) < ctx.spec.rounds else "vote"
 
