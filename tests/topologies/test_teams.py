@@ -227,3 +227,34 @@ def test_player_that_delegates_but_runs_no_programs(problem: Any) -> None:
     assert trajectory.extras["delegations"] == {w.role: 1 for w in workers}
     assert not [m for m in trajectory.messages if m.source == "tool:python_exec"]
     assert trajectory.code is not None and len(requests) == 2 + len(workers)
+
+
+class _CountingExecutor(__import__("concurrent.futures").futures.ThreadPoolExecutor):
+    def __init__(self) -> None:
+        super().__init__(max_workers=2)
+        self.submitted: list[str] = []
+
+    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+        self.submitted.append(repr(getattr(fn, "func", fn))[:120])
+        return super().submit(fn, *args, **kwargs)
+
+
+@pytest.mark.parametrize("topology", ["single", "independent", "sequential", "centralized", "decentralized"])
+def test_team_runs_never_hop_to_a_worker_thread(server: ScriptedServer, problem: Any, topology: str) -> None:
+    """LangGraph runs plain-function nodes and routers in the default executor: a thread hop per
+    step that costs milliseconds of latency once the event loop is busy. Teams use coroutines."""
+    spec = default_team_spec(topology, team_size=4)
+    client = make_client(resolve_model("scripted-model", task_endpoints=server.base_url))
+    executor = _CountingExecutor()
+
+    async def go() -> Trajectory:
+        asyncio.get_running_loop().set_default_executor(executor)
+        try:
+            return await run_team(spec, problem, client, decoding=Decoding())
+        finally:
+            await client.aclose()
+
+    trajectory = asyncio.run(go())
+    executor.shutdown()
+    assert trajectory.code is not None and trajectory.error is None
+    assert executor.submitted == []
