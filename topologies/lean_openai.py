@@ -142,9 +142,10 @@ class LeanChatOpenAI(ChatOpenAI):
         return message
 
     def _run_machinery_idle(self) -> bool:
-        """True when ``ainvoke`` would only do bookkeeping: no handler or tracer configured for
-        this call (the same ``configure`` LangChain runs, so tracing variables and registered
-        hooks count), no cache, no rate limiter, no streaming, the default output version."""
+        """True when ``ainvoke`` would only do bookkeeping: no handler or tracer would be attached
+        to this call (the sources LangChain's callback configuration reads, including tracing
+        variables and registered hooks), no cache, no rate limiter, no streaming, the default
+        output version."""
         if self.rate_limiter is not None or self.streaming or self.output_version == "v1":
             return False
         if self.cache is not False and (isinstance(self.cache, BaseCache) or

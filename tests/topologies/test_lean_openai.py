@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from typing import Any
 
 import pytest
 from aiohttp import web
@@ -43,12 +44,18 @@ async def _both(url: str, *, tools: bool) -> list:
     return replies
 
 
-@pytest.mark.parametrize("tools", [False, True], ids=["plain", "tools"])
-def test_same_request_body_and_same_message_as_chatopenai(tools):
+def _exchange(calls: Any, *, tools: bool) -> tuple[list, list[dict]]:
+    """Run ``calls(url, tools=...)`` against a server answering with a tool call or a text; return
+    its replies and the request bodies the server received."""
     reply = Reply(tool_calls=(ToolCall("python_exec", {"code": "print(1)"}),)) if tools else Reply("the answer")
     with ScriptedServer(Script([Rule("r", Match(user="use the tool"), reply)])) as srv:
-        stock, lean = asyncio.run(_both(srv.base_url, tools=tools))
-        bodies = [dict(r.body) for r in srv.requests]
+        replies = asyncio.run(calls(srv.base_url, tools=tools))
+        return replies, [dict(r.body) for r in srv.requests]
+
+
+@pytest.mark.parametrize("tools", [False, True], ids=["plain", "tools"])
+def test_same_request_body_and_same_message_as_chatopenai(tools):
+    (stock, lean), bodies = _exchange(_both, tools=tools)
     assert bodies[0] == bodies[1]
     assert bodies[1]["repetition_penalty"] == 1.1 and "extra_body" not in bodies[1]
     assert ("tools" in bodies[1]) is tools
@@ -126,10 +133,7 @@ async def _direct_and_invoked(url: str, *, tools: bool) -> list:
 
 @pytest.mark.parametrize("tools", [False, True], ids=["plain", "tools"])
 def test_direct_call_sends_and_returns_what_ainvoke_does(tools):
-    reply = Reply(tool_calls=(ToolCall("python_exec", {"code": "print(1)"}),)) if tools else Reply("the answer")
-    with ScriptedServer(Script([Rule("r", Match(user="use the tool"), reply)])) as srv:
-        invoked, direct = asyncio.run(_direct_and_invoked(srv.base_url, tools=tools))
-        bodies = [dict(r.body) for r in srv.requests]
+    (invoked, direct), bodies = _exchange(_direct_and_invoked, tools=tools)
     assert len(bodies) == 2 and bodies[0] == bodies[1]
     assert direct is not None and type(direct) is type(invoked)
     assert direct.content == invoked.content
