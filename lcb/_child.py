@@ -1,22 +1,27 @@
 """Child side of the sandbox: fork server, per-program zygote, per-test processes.
 
 Runs as its own script (never imported by the harness): ``python _child.py --server FD`` starts a
-fork server that reads jobs from a unix socket, ``python _child.py --job PATH`` runs one job and
-writes its events to stdout. Stdlib only; it loads ``compare.py`` and ``_landlock.py`` from its
-own folder and then drops that folder from ``sys.path`` so model code cannot import it.
+fork server that reads jobs from a unix socket, ``python _child.py --job PATH --commands FD`` runs
+one job and writes its events to stdout. Stdlib only (numpy is warmed when installed); it loads
+its helper modules from its own folder and then drops that folder from ``sys.path``.
 
 Process tree (all single-threaded, so forking is safe)::
 
     harness (threads) --spawn--> fork server --fork--> job zygote --fork--> test process
-                                                     (one per program)      (one per test /
-                                                                             per functional run)
+                                                     (one per program)      (one per test)
 
-The zygote sets the rlimits and Landlock rules, compiles the program once, then forks a test
-process per test (stdin) or one process that runs the functional tests in order on one
-``Solution()`` instance, as the official harness does (a fresh process takes over after a
-crash). The zygote enforces the per-test wall-clock limit, kills the test process group, and
-as a child subreaper also kills any descendant that tried to escape into another session.
-Events go to the harness as JSON lines on the result channel.
+What each process knows: the server only job paths; the zygote the program, its limits and its
+folder (the job file holds nothing else); a test process additionally its own test's input,
+which the harness writes into the folder just before asking the zygote to run that test. No
+process here ever holds an expected output or another test's input: the harness compares what a
+test process left behind (stdout, or its encoded return value) after it has exited.
+
+The zygote sets the rlimits and Landlock write rules, compiles the program once, then forks one
+test process per "run" command. A test process confines its reads (Landlock), scopes its
+signals, applies the reliability guard and runs. The zygote enforces the wall-clock backstop,
+kills the test's process group, measures its CPU time, and as a child subreaper kills any
+descendant that tried to escape. It reports facts ("ran": how it ended, CPU and wall time, what
+the process said about itself); the verdict is the harness's.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ import signal
 import socket
 import subprocess
 import sys
+import sysconfig
 import threading
 import time
 import traceback
@@ -45,27 +51,56 @@ import types
 _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, _HERE)
 import _landlock  # noqa: E402
-import compare  # noqa: E402
+import _returns  # noqa: E402
+import _script  # noqa: E402
 from _prelude import PRELUDE_MODULES, PRELUDE_SOURCE  # noqa: E402
 
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
-del sys.modules["compare"], sys.modules["_landlock"], sys.modules["_prelude"]  # model code must not find them by name
+for _name in ("_landlock", "_returns", "_script", "_prelude"):
+    del sys.modules[_name]  # model code must not find them by name
 
 for _name in PRELUDE_MODULES:
     __import__(_name)  # warm: the fork server pays the import once, every test inherits it
+try:
+    import numpy  # noqa: F401  -- as LiveCodeBench's harness: imported before the guard
+except ImportError:
+    pass
 PRELUDE_CODE = compile(PRELUDE_SOURCE, "<prelude>", "exec", dont_inherit=True)
+_PRELUDE_NAMESPACE: dict = {}
+exec(PRELUDE_CODE, _PRELUDE_NAMESPACE)
+KNOWN_NAMES = frozenset(_PRELUDE_NAMESPACE) | frozenset(dir(builtins))
+del _PRELUDE_NAMESPACE
 
-STOPPING = ("time_limit", "memory_limit")  # after these the remaining tests are not run
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
 _NPROC_HEADROOM = 64
 _STATUS_FD = 3
 _libc = ctypes.CDLL(None, use_errno=True)
 _LANDLOCK_ABI = _landlock.abi_version()
+_real_os_open = os.open
+INPUT_FILE, STDOUT_FILE, STDERR_FILE, RESULT_FILE = "in.txt", "stdout.txt", "stderr.txt", "result.json"
 
 
 def _clip(text: str, limit: int = 300) -> str:
     return text if len(text) <= limit else text[: limit // 2] + " ... " + text[-limit // 2:]
+
+
+def readable_paths(folder: str) -> tuple[list[str], list[str]]:
+    """(folders, files) a test process may read: the interpreter, its libraries, the system's
+    shared libraries and time zones, a few devices, and its own folder. Not the home folder,
+    the project checkout (except the virtual environment the interpreter runs from), /tmp,
+    other jobs' folders, /proc or /etc beyond what the dynamic loader needs."""
+    folders = {folder, sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
+    for key in ("stdlib", "platstdlib", "purelib", "platlib"):
+        for vars_ in (None, {"base": sys.base_prefix, "platbase": sys.base_exec_prefix}):
+            try:
+                folders.add(sysconfig.get_paths(vars=vars_)[key])
+            except KeyError:
+                pass
+    folders.update(("/usr", "/lib", "/lib32", "/lib64", "/bin", "/sbin"))
+    files = ["/dev/null", "/dev/zero", "/dev/urandom", "/dev/random", "/etc/ld.so.cache",
+             "/etc/localtime", "/etc/nsswitch.conf"]
+    return sorted(f for f in folders if f and os.path.isdir(f)), [f for f in files if os.path.exists(f)]
 
 
 # ---------------------------------------------------------------- the reliability guard
@@ -73,7 +108,7 @@ def _clip(text: str, limit: int = 300) -> str:
 
 def _refuse_writes_outside(folder: str) -> None:
     """Python-level twin of the Landlock rule: open for writing only inside ``folder``."""
-    real_open, real_os_open, realpath = builtins.open, os.open, os.path.realpath
+    real_open, real_os_open, realpath = builtins.open, _real_os_open, os.path.realpath
     devices = {"/dev/null", "/dev/stdout", "/dev/stderr"}
 
     def allowed(path) -> bool:
@@ -138,13 +173,8 @@ def reliability_guard(folder: str) -> None:
 # ---------------------------------------------------------------- test process side
 
 
-def _enter_test_process(job: dict, status_w: int, stdin: str, stdout: str, stderr: str,
-                        tests_here: int = 1) -> None:
-    """Runs first in every forked test process: own group, stdio, limits, signal scope.
-
-    ``tests_here``: how many tests this process may run (functional runs share one process);
-    the CPU rlimit is a backstop for all of them, the zygote times each test on the wall clock.
-    """
+def _enter_test_process(job: dict, status_w: int, stdin: str, stdout: str, stderr: str) -> None:
+    """Runs first in every forked test process: own group, stdio, limits, confinement."""
     os.setpgid(0, 0)
     _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     if os.getppid() != job["zygote_pid"]:  # the zygote died between fork and prctl
@@ -156,21 +186,16 @@ def _enter_test_process(job: dict, status_w: int, stdin: str, stdout: str, stder
         os.dup2(fd, target)
         os.close(fd)
     os.dup2(status_w, _STATUS_FD)
-    for name in os.listdir("/proc/self/fd"):
-        fd = int(name)
-        if fd > _STATUS_FD:
-            try:
-                os.close(fd)
-            except OSError:
-                pass
-    cpu = (math.ceil(job["timeout_s"]) + 1) * tests_here
+    os.closerange(_STATUS_FD + 1, 1 << 20)  # the zygote's channels, the job file: gone
+    cpu = job["cpu_limit_s"]
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
     resource.setrlimit(resource.RLIMIT_FSIZE, (job["output_limit_bytes"],) * 2)
-    if os.geteuid() != 0:  # RLIMIT_NPROC counts per user and is not enforced for root
-        with open("/proc/loadavg") as fh:  # field 4 = "running/total" tasks on the machine
-            total = int(fh.read().split()[3].split("/")[1])
-        resource.setrlimit(resource.RLIMIT_NPROC, (total + _NPROC_HEADROOM,) * 2)
-    _landlock.scope_signals(_LANDLOCK_ABI)
+    if job["nproc_limit"]:  # RLIMIT_NPROC counts per user and is not enforced for root
+        resource.setrlimit(resource.RLIMIT_NPROC, (job["nproc_limit"],) * 2)
+    if job["readable"] is not None:
+        folders, files = job["readable"]
+        if not _landlock.confine_reads(folders, files, _LANDLOCK_ABI):
+            os._exit(125)  # confinement was promised for this job: never run unconfined
 
 
 def _report(message: dict) -> None:
@@ -216,22 +241,26 @@ def _finish_like_python(exit_code: int) -> None:
     os._exit(exit_code)
 
 
-def _fresh_main_module(path: str) -> dict:
-    module = types.ModuleType("__main__")
-    module.__file__ = path
-    sys.modules["__main__"] = module
-    sys.argv = [path]
-    return module.__dict__
+def _fresh_module(name: str, path: str | None) -> dict:
+    module = types.ModuleType(name)
+    if path is not None:
+        module.__file__ = path
+        sys.argv = [path]
+    sys.modules[name] = module  # dataclasses & co. look classes' modules up here
+    namespace = module.__dict__
+    namespace[_script.SEED] = _script.seed_function(namespace)
+    return namespace
 
 
-def _script_process(job: dict, code, status_w: int, stdin: str, stdout: str, stderr: str) -> None:
+def _script_process(job: dict, code, status_w: int) -> None:
     """Run the program as ``python main.py`` would, with the prelude first. Never returns."""
     exit_code = 0
+    graded = job["mode"] != "exec"
     try:
-        _enter_test_process(job, status_w, stdin, stdout, stderr)
+        _enter_test_process(job, status_w, INPUT_FILE, STDOUT_FILE, os.devnull if graded else STDERR_FILE)
         if job["guard"]:
             reliability_guard(job["folder"])
-        namespace = _fresh_main_module(job["main_path"])
+        namespace = _fresh_module("__main__", job["main_path"])
         if job["prelude"]:
             exec(PRELUDE_CODE, namespace)
         exec(code, namespace)
@@ -239,7 +268,7 @@ def _script_process(job: dict, code, status_w: int, stdin: str, stdout: str, std
         exit_code = _exit_code_of(exc)
     except BaseException as exc:
         _report({"exc": type(exc).__name__, "msg": _clip(str(exc))})
-        if job["mode"] == "exec":  # graded runs discard stderr; a 50000-frame traceback is slow
+        if not graded:  # graded runs discard stderr; a 50000-frame traceback is slow
             try:
                 _print_user_traceback(exc)
             except BaseException:
@@ -248,53 +277,49 @@ def _script_process(job: dict, code, status_w: int, stdin: str, stdout: str, std
     _finish_like_python(exit_code)
 
 
-def _functional_process(job: dict, code, args: list, expected: list, start: int, status_w: int) -> None:
-    """Run tests ``start..`` in order on one target, as the official call-based grader does."""
+def _functional_process(job: dict, code, status_w: int) -> None:
+    """Call the method on this test's arguments and leave the encoded return value behind."""
     try:
-        _enter_test_process(job, status_w, os.devnull, os.devnull, os.devnull, len(args) - start)
+        _enter_test_process(job, status_w, os.devnull, os.devnull, os.devnull)
+        with open(INPUT_FILE, encoding="utf-8") as fh:
+            args = [json.loads(line) for line in fh.read().split("\n")]
         if job["guard"]:
             reliability_guard(job["folder"])
-        module = types.ModuleType("solution")
-        sys.modules["solution"] = module  # dataclasses & co. look classes' modules up here
-        namespace = module.__dict__
+        namespace = _fresh_module("solution", None)
         if job["prelude"]:
             exec(PRELUDE_CODE, namespace)
         exec(code, namespace)
         solution = namespace.get("Solution")
-        target = solution() if isinstance(solution, type) else module
+        target = solution() if isinstance(solution, type) else sys.modules["solution"]
         method = getattr(target, job["fn_name"], None)
+        if not callable(method):
+            where = "Solution()" if isinstance(solution, type) else "the module"
+            _report({"setup_error": f"no callable {job['fn_name']!r} on {where}"})
+            os._exit(1)
     except BaseException as exc:
-        _report({"setup_error": f"{type(exc).__name__}: {_clip(str(exc))}",
-                 "memory": isinstance(exc, MemoryError)})
+        _report({"setup_error": f"{type(exc).__name__}: {_clip(str(exc))}", "exc": type(exc).__name__})
         os._exit(1)
-    if not callable(method):
-        _report({"setup_error": f"no callable {job['fn_name']!r} on "
-                                f"{'Solution()' if target is not module else 'the module'}"})
+    _report({"setup_cpu_s": time.process_time()})  # setup and call each get the full limit, as officially
+    try:
+        encoded = _returns.encode(method(*args)).encode("utf-8")
+    except BaseException as exc:
+        _report({"exc": type(exc).__name__, "msg": _clip(str(exc))})
         os._exit(1)
-    for index in range(start, len(args)):
-        _report({"start": index})
-        began = time.perf_counter()
-        try:
-            prediction = method(*args[index])
-            if isinstance(prediction, tuple):
-                prediction = list(prediction)  # official: top level only
-            ok = bool(prediction == expected[index])
-        except BaseException as exc:
-            outcome = "memory_limit" if isinstance(exc, MemoryError) else "runtime_error"
-            _report({"index": index, "outcome": outcome, "duration_s": time.perf_counter() - began,
-                     "detail": f"{type(exc).__name__}: {_clip(str(exc))}"})
-            if outcome == "memory_limit":
-                os._exit(1)
-            continue
-        message = {"index": index, "outcome": "passed" if ok else "wrong_answer",
-                   "duration_s": time.perf_counter() - began}
-        if not ok:
-            try:
-                message["got"] = _clip(repr(prediction))
-            except BaseException:
-                message["got"] = "<unprintable>"
-        _report(message)
+    try:
+        fd = _real_os_open(RESULT_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        view = memoryview(encoded)
+        while view:
+            view = view[os.write(fd, view):]
+        os.close(fd)
+    except OSError as exc:
+        _report({"result_error": "the return value is over the size limit" if exc.errno == errno.EFBIG
+                 else f"could not store the return value: {exc}"})
+        os._exit(1)
+    _report({"returned": len(encoded)})
     os._exit(0)
+
+
+_PROCESSES = {"stdin": _script_process, "exec": _script_process, "functional": _functional_process}
 
 
 # ---------------------------------------------------------------- zygote side
@@ -380,214 +405,68 @@ class _Watched:
             elif os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
                 return "exit"
 
-    def finish(self, kill: bool) -> int:
+    def finish(self, kill: bool) -> tuple[int, resource.struct_rusage]:
         """Kill the test process group (always: it may have left children), reap, clean up."""
         for sig_target in (os.killpg, os.kill) if kill else (os.killpg,):
             try:
                 sig_target(self.pid, signal.SIGKILL)
             except OSError:
                 pass
-        _pid, status = os.waitpid(self.pid, 0)
+        _pid, status, usage = os.wait4(self.pid, 0)
         if self.pidfd is not None:
             os.close(self.pidfd)
         kill_all_descendants()
-        return status
+        return status, usage
 
 
-def _death_outcome(status: int, info: dict) -> tuple[str, str]:
-    """Outcome and detail for a test process that did not end cleanly."""
-    if os.WIFSIGNALED(status):
-        sig = os.WTERMSIG(status)
-        name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else str(sig)
-        if sig == signal.SIGXCPU:
-            return "time_limit", "CPU time limit exceeded"
-        if sig == signal.SIGXFSZ:
-            return "wrong_answer", "output limit exceeded"
-        if sig == signal.SIGKILL:
-            return "memory_limit", "killed (SIGKILL), most likely out of memory"
-        return "runtime_error", f"killed by {name}"
-    if info.get("exc") == "MemoryError":
-        return "memory_limit", f"MemoryError: {info.get('msg', '')}"
-    if "exc" in info:
-        return "runtime_error", f"{info['exc']}: {info.get('msg', '')}"
-    return "runtime_error", f"exit code {os.WEXITSTATUS(status)}"
-
-
-def _read_all(fd: int) -> bytes:
+def _read_all(fd: int, limit: int = 1 << 16) -> bytes:
     os.set_blocking(fd, False)
-    chunks = []
+    chunks, size = [], 0
     try:
-        while chunk := os.read(fd, 65536):
+        while size < limit and (chunk := os.read(fd, 65536)):
             chunks.append(chunk)
+            size += len(chunk)
     except BlockingIOError:
         pass
     os.close(fd)
-    return b"".join(chunks)
+    return b"".join(chunks)[:limit]
 
 
-def _last_json(data: bytes) -> dict:
-    for line in reversed(data.splitlines()):
+def _status_info(data: bytes) -> dict:
+    """Everything the test process said about itself, later messages winning."""
+    info: dict = {}
+    for line in data.splitlines():
         try:
             value = json.loads(line)
         except ValueError:
             continue
         if isinstance(value, dict):
-            return value
-    return {}
+            info.update(value)
+    return {k: _clip(v) if isinstance(v, str) else v for k, v in info.items()}
 
 
-def _read_head(path: str, limit: int) -> tuple[bytes, bool]:
-    with open(path, "rb") as fh:
-        data = fh.read(limit + 1)
-    return data[:limit], len(data) > limit
-
-
-def _run_once(job: dict, code, stdin_text: str, stderr_path: str) -> tuple[str, int, dict, float]:
-    """Fork one script run; returns (how it ended, wait status, status info, seconds)."""
-    with open("stdin.txt", "w", encoding="utf-8", newline="") as fh:
-        fh.write(stdin_text)
+def run_test(job: dict, code) -> dict:
+    """Fork one test process and report how it ended (never the verdict)."""
     status_r, status_w = os.pipe()
     began = time.monotonic()
     pid = os.fork()
     if pid == 0:
         os.close(status_r)
-        _script_process(job, code, status_w, "stdin.txt", "stdout.txt", stderr_path)
+        _PROCESSES[job["mode"]](job, code, status_w)
+        os._exit(1)  # not reached
     os.close(status_w)
     watched = _Watched(pid)
-    state = watched.wait(began + job["timeout_s"])
-    status = watched.finish(kill=state == "timeout")
-    return state, status, _last_json(_read_all(status_r)), time.monotonic() - began
-
-
-def _run_stdin_tests(job: dict, code, emit: _Emitter) -> None:
-    preview = job["got_preview_chars"]
-    for index, test in enumerate(job["tests"]):
-        state, status, info, took = _run_once(job, code, test["input"], os.devnull)
-        if state == "timeout":
-            emit("test", index=index, outcome="time_limit", duration_s=took,
-                 detail=f"no exit within {job['timeout_s']:g} s")
-            return
-        if os.path.getsize("stdout.txt") >= job["output_limit_bytes"]:
-            # Python ignores SIGXFSZ, so hitting the cap shows up as an OSError (EFBIG).
-            fields = {"outcome": "wrong_answer", "detail": "output limit exceeded"}
-        elif os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0:
-            raw, cut = _read_head("stdout.txt", job["output_limit_bytes"])
-            got = raw.decode("utf-8", errors="replace")
-            mismatch = "output limit exceeded" if cut else compare.first_mismatch(got, test["output"])
-            fields = {"outcome": "wrong_answer", "detail": mismatch, "got": _clip(got, preview)} \
-                if mismatch else {"outcome": "passed", "detail": ""}
-        else:
-            outcome, detail = _death_outcome(status, info)
-            fields = {"outcome": outcome, "detail": detail}
-        emit("test", index=index, duration_s=took, **fields)
-        if fields["outcome"] in STOPPING:
-            return
-
-
-def _run_exec(job: dict, code, emit: _Emitter) -> None:
-    test = job["tests"][0]
-    state, status, info, took = _run_once(job, code, test["input"], "stderr.txt")
-    limit = job["capture_bytes"]
-    out, out_cut = _read_head("stdout.txt", limit)
-    err, err_cut = _read_head("stderr.txt", limit)
-    if state == "timeout":
-        exit_code = -signal.SIGKILL
-    elif os.WIFSIGNALED(status):
-        exit_code = -os.WTERMSIG(status)
+    state = watched.wait(began + job["wall_limit_s"])
+    status, usage = watched.finish(kill=state == "timeout")
+    wall = time.monotonic() - began
+    report = {"state": state, "wall_s": round(wall, 6),
+              "cpu_s": round(usage.ru_utime + usage.ru_stime, 6),
+              "info": _status_info(_read_all(status_r))}
+    if os.WIFSIGNALED(status):
+        report["signal"] = os.WTERMSIG(status)
     else:
-        exit_code = os.WEXITSTATUS(status)
-    truncated = out_cut or err_cut or max(os.path.getsize("stdout.txt"), os.path.getsize(
-        "stderr.txt")) >= job["output_limit_bytes"]
-    emit("exec", stdout=out.decode("utf-8", errors="replace"), stderr=err.decode("utf-8", errors="replace"),
-         exit_code=exit_code, timed_out=state == "timeout", duration_s=took, truncated=truncated,
-         exception=info.get("exc"))
-
-
-def _parse_functional(job: dict, emit: _Emitter) -> tuple[list, list] | None:
-    args, expected = [], []
-    for index, test in enumerate(job["tests"]):
-        try:
-            args.append([json.loads(line) for line in test["input"].split("\n")])
-            expected.append(json.loads(test["output"]))
-        except ValueError as exc:
-            emit("data_error", detail=f"functional test {index} is not JSON per line: {_clip(str(exc), 120)}")
-            return None
-    return args, expected
-
-
-def _run_functional_tests(job: dict, code, emit: _Emitter) -> None:
-    parsed = _parse_functional(job, emit)
-    if parsed is None:
-        return
-    args, expected = parsed
-    timeout = job["timeout_s"]
-    next_index = 0
-    while next_index < len(args):
-        status_r, status_w = os.pipe()
-        pid = os.fork()
-        if pid == 0:
-            os.close(status_r)
-            _functional_process(job, code, args, expected, next_index, status_w)
-        os.close(status_w)
-        watched = _Watched(pid)
-        current, began, pending = None, time.monotonic(), b""
-        deadline, reader, stop = began + timeout, status_r, False
-        while True:
-            state = watched.wait(deadline, reader)
-            if state == "read":
-                chunk = os.read(reader, 65536)
-                if not chunk:
-                    reader = None
-                    continue
-                *lines, pending = (pending + chunk).split(b"\n")
-                for line in lines:
-                    try:
-                        message = json.loads(line)
-                    except ValueError:
-                        continue
-                    if not isinstance(message, dict):
-                        continue
-                    if "start" in message:
-                        current, began = int(message["start"]), time.monotonic()
-                        deadline = began + timeout
-                    elif "setup_error" in message:
-                        outcome = "memory_limit" if message.get("memory") else "runtime_error"
-                        for index in range(next_index, len(args)):
-                            emit("test", index=index, outcome=outcome, duration_s=0.0,
-                                 detail=message["setup_error"])
-                        next_index, stop = len(args), True
-                    elif "index" in message and message.get("index") == current:
-                        emit("test", index=current, outcome=message["outcome"],
-                             duration_s=float(message.get("duration_s", 0.0)),
-                             detail=message.get("detail", ""), got=message.get("got"))
-                        next_index, current = current + 1, None
-                        stop = stop or message["outcome"] in STOPPING
-                continue
-            if state == "timeout":
-                watched.finish(kill=True)
-                os.close(status_r)
-                emit("test", index=current if current is not None else next_index,
-                     outcome="time_limit", duration_s=time.monotonic() - began,
-                     detail=f"no result within {timeout:g} s")
-                return
-            status = watched.finish(kill=False)
-            os.close(status_r)
-            if stop:
-                return
-            if next_index < len(args):  # it died in the middle of a test (or of the setup)
-                index = current if current is not None else next_index
-                outcome, detail = _death_outcome(status, {})
-                if os.WIFEXITED(status):
-                    detail = f"the process exited ({os.WEXITSTATUS(status)}) during the call"
-                emit("test", index=index, outcome=outcome, duration_s=time.monotonic() - began,
-                     detail=detail)
-                if outcome in STOPPING:
-                    return
-                next_index = index + 1
-            break
-
-
-_MODES = {"stdin": _run_stdin_tests, "functional": _run_functional_tests, "exec": _run_exec}
+        report["exit_code"] = os.WEXITSTATUS(status)
+    return report
 
 
 def _set_limits(job: dict) -> None:
@@ -599,8 +478,46 @@ def _set_limits(job: dict) -> None:
     resource.setrlimit(resource.RLIMIT_CPU, (backstop, backstop + 1))
 
 
-def run_job(job_path: str, emit: _Emitter) -> None:
-    """The zygote: one program, all its tests."""
+def _nproc_limit() -> int:
+    if os.geteuid() == 0:
+        return 0
+    with open("/proc/loadavg") as fh:  # field 4 = "running/total" tasks on the machine
+        return int(fh.read().split()[3].split("/")[1]) + _NPROC_HEADROOM
+
+
+def _compile(job: dict, emit: _Emitter):
+    """The code object to run, or None after reporting a compile error."""
+    try:
+        code, wrapped = _script.compile_program(
+            job["code"], job["main_path"], known_names=KNOWN_NAMES if job["prelude"] else frozenset(dir(builtins)),
+            wrap=job["mode"] == "stdin" and job["wrap_top_level"])
+        return code, wrapped
+    except (SyntaxError, ValueError, OverflowError, RecursionError, MemoryError) as exc:
+        if job["mode"] != "exec":
+            emit("compile_error", detail=f"{type(exc).__name__}: {_clip(str(exc))}")
+            return None, False
+        # python_exec shows a syntax error the way `python main.py` would: stderr, exit 1.
+        message = "".join(traceback.format_exception_only(type(exc), exc))
+        return compile(f"import sys\nsys.stderr.write({message!r})\nraise SystemExit(1)\n",
+                       "<compile>", "exec", dont_inherit=True), False
+
+
+def _commands(fd: int):
+    """Lines the harness sends; ends at EOF (the harness is done or gone)."""
+    pending = b""
+    while True:
+        try:
+            chunk = os.read(fd, 4096)
+        except OSError:
+            return
+        if not chunk:
+            return
+        *lines, pending = (pending + chunk).split(b"\n")
+        yield from (line.decode() for line in lines)
+
+
+def run_job(job_path: str, commands_fd: int, emit: _Emitter) -> None:
+    """The zygote: one program; one test process per "run" command."""
     emit("started", pid=os.getpid(), landlock=_LANDLOCK_ABI)
     with open(job_path, encoding="utf-8") as fh:
         job = json.load(fh)
@@ -609,32 +526,31 @@ def run_job(job_path: str, emit: _Emitter) -> None:
     os.environ.update({"HOME": folder, "TMPDIR": folder, "TMP": folder, "TEMP": folder})
     _libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     _set_limits(job)
-    confined = _landlock.confine_writes(folder, _LANDLOCK_ABI)
-    emit("confined", landlock=confined)
+    job["nproc_limit"] = _nproc_limit()
+    confined = bool(job["landlock"]) and _landlock.confine_writes(folder, _LANDLOCK_ABI)
+    job["readable"] = readable_paths(folder) if confined else None
+    emit("confined", landlock=confined, reads=confined and _LANDLOCK_ABI >= 1)
     job["main_path"] = os.path.join(folder, "main.py")
     job["zygote_pid"] = os.getpid()
     with open(job["main_path"], "w", encoding="utf-8") as fh:
         fh.write(job["code"])  # tracebacks show source lines
-    try:
-        code = compile(job["code"], job["main_path"], "exec", dont_inherit=True)
-    except (SyntaxError, ValueError, OverflowError, RecursionError, MemoryError) as exc:
-        if job["mode"] != "exec":
-            emit("compile_error", detail=f"{type(exc).__name__}: {_clip(str(exc))}")
-            emit("done")
-            return
-        # python_exec shows a syntax error the way `python main.py` would: stderr, exit 1.
-        message = "".join(traceback.format_exception_only(type(exc), exc))
-        code = compile(f"import sys\nsys.stderr.write({message!r})\nraise SystemExit(1)\n",
-                       "<compile>", "exec", dont_inherit=True)
-    _MODES[job["mode"]](job, code, emit)
+    code, wrapped = _compile(job, emit)
+    if code is None:
+        emit("done")
+        return
+    emit("ready", wrapped=wrapped)
+    for command in _commands(commands_fd):
+        if command == "run":
+            emit("ran", **run_test(job, code))
+            kill_all_descendants()
     kill_all_descendants()
     emit("done")
 
 
-def _zygote_main(job_path: str, result_fd: int) -> None:
+def _zygote_main(job_path: str, result_fd: int, commands_fd: int) -> None:
     emit = _Emitter(result_fd)
     try:
-        run_job(job_path, emit)
+        run_job(job_path, commands_fd, emit)
     except BaseException as exc:  # our bug or a hostile environment: say so, never hang
         emit("error", detail=f"{type(exc).__name__}: {_clip(str(exc), 1000)}\n"
                             f"{_clip(traceback.format_exc(), 3000)}")
@@ -651,7 +567,7 @@ def _prepare_process() -> None:
 
 
 def serve(sock_fd: int) -> None:
-    """Fork server: receive (job path, result pipe) messages; fork one zygote per job."""
+    """Fork server: receive (job path; result pipe, command pipe) messages; fork one zygote per job."""
     _prepare_process()
     _libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     sock = socket.socket(fileno=sock_fd)
@@ -660,19 +576,21 @@ def serve(sock_fd: int) -> None:
         ready, _, _ = select.select([sock], [], [], 1.0)
         if ready:
             try:
-                message, fds, _flags, _addr = socket.recv_fds(sock, 65536, 1)
+                message, fds, _flags, _addr = socket.recv_fds(sock, 65536, 2)
             except OSError:
                 message, fds = b"", []
             if not message:
                 break  # the harness closed its end (or died): shut down
-            if not fds:
+            if len(fds) != 2:
+                for fd in fds:
+                    os.close(fd)
                 continue
             pid = os.fork()
             if pid == 0:
                 sock.close()
                 os.setsid()
                 _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-                _zygote_main(message.decode(), fds[0])
+                _zygote_main(message.decode(), fds[0], fds[1])
             # Tell the harness the zygote's pid ourselves: it can then kill a zygote that
             # never got as far as reporting (a small write to a fresh pipe does not block).
             try:
@@ -680,6 +598,7 @@ def serve(sock_fd: int) -> None:
             except OSError:
                 pass
             os.close(fds[0])
+            os.close(fds[1])
             zygotes.add(pid)
         _reap(zygotes)
     for pid in zygotes:
@@ -712,14 +631,14 @@ def main(argv: list[str]) -> None:
     if len(argv) == 3 and argv[1] == "--server":
         serve(int(argv[2]))
         return
-    if len(argv) == 3 and argv[1] == "--job":
+    if len(argv) == 5 and argv[1] == "--job" and argv[3] == "--commands":
         _prepare_process()
         result_fd = os.dup(1)  # stdout becomes the event channel; fd 1 itself goes quiet
         devnull = os.open(os.devnull, os.O_RDWR)
         os.dup2(devnull, 1)
         os.close(devnull)
-        _zygote_main(argv[2], result_fd)
-    print("usage: _child.py --server FD | --job PATH", file=sys.stderr)
+        _zygote_main(argv[2], result_fd, int(argv[4]))
+    print("usage: _child.py --server FD | --job PATH --commands FD", file=sys.stderr)
     sys.exit(2)
 
 

@@ -1,16 +1,19 @@
 """Kernel-enforced limits for sandboxed children via Linux Landlock (child side, stdlib only).
 
 Landlock lets an unprivileged process drop rights for itself and every process it starts, for
-good. We use it for three things the Python-level guard can only ask politely for:
+good. We use it for four things the Python-level guard can only ask politely for:
 
 * no file-system writes (create, write, truncate, rename, delete) outside the sandbox folder;
 * no TCP connect/bind (ABI 4+);
+* no reads outside an allow-list (the interpreter, its libraries, the system's shared
+  libraries, the job's folder): not the home folder, the checkout, other jobs, /proc;
 * no signals to processes outside the caller's Landlock domain (ABI 6+), so a test process
-  cannot kill the zygote that watches it, nor the harness.
+  cannot kill the zygote that watches it, nor the harness. (Being in a domain also denies
+  ptrace-style access, e.g. /proc/<pid>/mem, to any process outside it, on every ABI.)
 
 Everything here is best effort: on kernels without Landlock (or where seccomp hides it) the
-functions return False and the caller relies on the guard, the own session and the rlimits.
-Reading files stays allowed (the guard is not a confidentiality boundary; see lcb/sandbox.py).
+functions return False and the caller relies on the guard, the own session and the rlimits
+(then files stay readable: see lcb/sandbox.py).
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ _CREATE_RULESET_VERSION = 1
 _RULE_PATH_BENEATH = 1
 _PR_SET_NO_NEW_PRIVS = 38
 
+_READ_FILE = 1 << 2
+_READ_DIR = 1 << 3
 _WRITE_FILE = 1 << 1
 _REMOVE_DIR = 1 << 4
 _REMOVE_FILE = 1 << 5
@@ -60,14 +65,14 @@ def abi_version() -> int:
     return max(int(version), 0)
 
 
-def _restrict(attr: bytes, handled_fs: int, writable: list[tuple[str, int]]) -> bool:
+def _restrict(attr: bytes, handled_fs: int, rules: list[tuple[str, int]]) -> bool:
     syscall = _syscall()
     buf = ctypes.create_string_buffer(attr, len(attr))
     ruleset = syscall(_SYS_CREATE_RULESET, buf, ctypes.c_size_t(len(attr)), 0)
     if ruleset < 0:
         return False
     try:
-        for path, rights in writable:
+        for path, rights in rules:
             try:
                 fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
             except OSError:
@@ -101,15 +106,17 @@ def confine_writes(folder: str, abi: int) -> bool:
                            [(folder, dir_rights), ("/dev/null", file_rights)])
 
 
-def scope_signals(abi: int) -> bool:
-    """Forbid signals (and abstract unix sockets) to processes outside a new, nested domain."""
-    if abi < 6:
+def confine_reads(folders: list[str], files: list[str], abi: int) -> bool:
+    """Allow reading only beneath ``folders`` and the single ``files``; in the same new, nested
+    domain forbid signals (and abstract unix sockets) to processes outside it."""
+    if abi < 1:
         return False
-    return _restrict_sized(0, 0, _SCOPE_SIGNAL | _SCOPE_ABSTRACT_UNIX, abi, [])
+    rules = [(path, _READ_FILE | _READ_DIR) for path in folders] + [(path, _READ_FILE) for path in files]
+    return _restrict_sized(_READ_FILE | _READ_DIR, 0, _SCOPE_SIGNAL | _SCOPE_ABSTRACT_UNIX, abi, rules)
 
 
 def _restrict_sized(handled_fs: int, handled_net: int, scoped: int, abi: int,
-                    writable: list[tuple[str, int]]) -> bool:
+                    rules: list[tuple[str, int]]) -> bool:
     # The kernel rejects a ruleset struct larger than its ABI knows: ABI 1-3 read one u64
     # (file system), ABI 4-5 two (+ network), ABI 6+ three (+ scopes).
     if abi < 4:
@@ -121,6 +128,6 @@ def _restrict_sized(handled_fs: int, handled_net: int, scoped: int, abi: int,
     fields = (handled_fs,) if abi < 4 else (handled_fs, handled_net) if abi < 6 else (
         handled_fs, handled_net, scoped)
     try:
-        return _restrict(struct.pack(f"{len(fields)}Q", *fields), handled_fs, writable)
+        return _restrict(struct.pack(f"{len(fields)}Q", *fields), handled_fs, rules)
     except (OSError, AttributeError, ValueError):
         return False

@@ -79,8 +79,8 @@ def _results(run: SandboxRun, total: int) -> list[TestResult]:
     for event in run.of_kind("test"):
         index = int(event["index"])
         if 0 <= index < total and index not in by_index:
-            by_index[index] = TestResult(index, Outcome(event["outcome"]), float(event.get("duration_s", 0.0)),
-                                         _clip(event.get("detail") or "", 300))
+            by_index[index] = TestResult(index, Outcome(event["outcome"]), float(event.get("wall_s", 0.0)),
+                                         _clip(event.get("detail") or "", 300), float(event.get("cpu_s", 0.0)))
     results, carried = [], None
     for index in range(total):
         if index in by_index:

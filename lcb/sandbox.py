@@ -2,28 +2,37 @@
 
 What a child gets (see lcb/_child.py for the child side):
 
+* only what one test needs: the program, its limits and (written into its folder just before
+  that test runs) that test's input; never an expected output or another test's input. The
+  harness keeps the expected outputs and judges each test after its process has exited
+  (lcb/judge.py), so nothing a program can reach holds an answer;
 * a fresh temporary working folder, removed afterwards;
 * a scrubbed environment (minimal PATH, UTF-8 locale, no secrets from ours);
 * rlimits: address space (``LCB_FUNCTIONAL_MEMORY_BYTES``, default 4 GiB, ``0`` disables),
-  CPU time, file size (caps captured output), core dumps off, process count for non-root users;
-* Landlock where the kernel has it: writes only inside the working folder, no TCP, no signals
-  to processes outside the test's domain;
-* its own session; on a per-test timeout the test's process group is killed, and the zygote
-  (a child subreaper) kills any descendant that left the group; a global backstop
-  ``(timeout + 1) * n + 5`` s kills the zygote from here.
+  CPU time (the per-test limit), file size (caps captured output), core dumps off, process
+  count for non-root users;
+* Landlock where the kernel has it: writes only inside the working folder, reads only of the
+  interpreter, its libraries and the working folder, no TCP, no signals or ptrace-style access
+  (``/proc/<pid>/mem``) to processes outside the test's domain;
+* its own session; a per-test wall-clock backstop (generous: the limit is CPU time) kills the
+  test's process group, the zygote (a child subreaper) kills any descendant that left the group,
+  and a global backstop kills the zygote from here.
 
-Known limits (documented, not hidden): files stay readable (the guard is not a confidentiality
-boundary; a same-user process can read ``/proc/<harness pid>/environ``), and RLIMIT_NPROC does
-not bind root, where the guard and the group kills are what stops a fork bomb.
+Known limits (documented, not hidden): without Landlock, files stay readable and a same-user
+process can read other processes' memory and environment through /proc (the harness's
+included); RLIMIT_NPROC does not bind root, where the guard and the group kills are what stops
+a fork bomb; UDP is not covered by Landlock.
 
 Speed: one long-lived fork server per harness process has the interpreter started and the
-prelude modules imported; each program costs a fork, each test another fork.
+prelude modules (and numpy) imported; each program costs a fork, each test another fork.
 """
 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
+import math
 import os
 import select
 import shutil
@@ -38,6 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lcb import judge
 from lcb.errors import LcbError
 
 CHILD_SCRIPT = str(Path(__file__).resolve().with_name("_child.py"))
@@ -46,6 +56,7 @@ DEFAULT_MEMORY_BYTES = 4 * 1024**3
 DEFAULT_OUTPUT_LIMIT_BYTES = 32 * 1024**2
 _EVENT_STREAM_CAP = 16 * 1024**2
 _STARTUP_ALLOWANCE_S = 10.0
+WALL_FACTOR, WALL_SLACK_S = 3.0, 5.0  # default wall-clock backstop: 3 x the CPU limit + 5 s
 
 
 def memory_limit_bytes() -> int:
@@ -81,10 +92,14 @@ def scrubbed_env() -> dict[str, str]:
 
 @dataclass(frozen=True, slots=True)
 class SandboxJob:
-    """One program and the inputs to run it on.
+    """One program and the tests to run it on (the tests stay in the harness).
 
     ``mode``: ``stdin`` (compare stdout with the official comparator), ``functional`` (call
     ``fn_name`` with JSON arguments) or ``exec`` (run once, capture stdout/stderr).
+    ``timeout_s`` is CPU time per test; ``wall_limit_s`` the wall-clock backstop (default
+    ``3 * timeout_s + 5``). ``landlock=False`` runs without Landlock, as on kernels without it.
+    ``wrap_top_level``: stdin programs' top-level statements run as a function body (fast
+    locals, as officially; see lcb/_script.py).
     """
 
     mode: str
@@ -98,20 +113,34 @@ class SandboxJob:
     guard: bool = True
     prelude: bool = True
     got_preview_chars: int = 300
+    wall_limit_s: float | None = None
+    cpu_limit_s: int | None = None
+    landlock: bool = True
+    wrap_top_level: bool = True
+
+    @property
+    def wall_s(self) -> float:
+        return self.wall_limit_s if self.wall_limit_s is not None else WALL_FACTOR * self.timeout_s + WALL_SLACK_S
 
     @property
     def backstop_s(self) -> float:
-        """The official global deadline, plus room for starting the zygote."""
-        return (self.timeout_s + 1) * len(self.tests) + 5 + _STARTUP_ALLOWANCE_S
+        """The global deadline: every test at its backstop, plus room for starting the zygote."""
+        return (self.wall_s + 1) * len(self.tests) + 5 + _STARTUP_ALLOWANCE_S
+
+    @property
+    def limits(self) -> judge.Limits:
+        return judge.Limits(self.timeout_s, self.wall_s, self.output_limit_bytes, self.capture_bytes,
+                            self.got_preview_chars)
 
     def to_wire(self, folder: str) -> dict[str, Any]:
+        """What the zygote gets: no test inputs, no expected outputs."""
+        # A functional test process runs the module and the call, each allowed the full limit.
+        cpu = self.cpu_limit_s or math.ceil(self.timeout_s) * (2 if self.mode == "functional" else 1)
         return {
             "mode": self.mode, "code": self.code, "fn_name": self.fn_name, "folder": folder,
-            "tests": [{"input": i, "output": o} for i, o in self.tests],
-            "timeout_s": self.timeout_s, "memory_bytes": self.memory_bytes,
-            "output_limit_bytes": self.output_limit_bytes, "capture_bytes": self.capture_bytes,
-            "guard": self.guard, "prelude": self.prelude, "backstop_s": self.backstop_s,
-            "got_preview_chars": self.got_preview_chars,
+            "cpu_limit_s": cpu, "wall_limit_s": self.wall_s, "memory_bytes": self.memory_bytes,
+            "output_limit_bytes": self.output_limit_bytes, "guard": self.guard, "prelude": self.prelude,
+            "backstop_s": self.backstop_s, "landlock": self.landlock, "wrap_top_level": self.wrap_top_level,
         }
 
 
@@ -159,15 +188,15 @@ class _ForkServer:
             theirs.close()
         self._sock = ours
 
-    def submit(self, job_path: str, result_w: int) -> None:
-        """Hand a job and its result pipe to the server; restart it once if it died."""
+    def submit(self, job_path: str, fds: list[int]) -> None:
+        """Hand a job and its pipes (results, commands) to the server; restart it once if it died."""
         with self._lock:
             for attempt in range(2):
                 if self._proc is None or self._proc.poll() is not None:
                     self._close_locked()
                     self._start()
                 try:
-                    socket.send_fds(self._sock, [job_path.encode()], [result_w])
+                    socket.send_fds(self._sock, [job_path.encode()], fds)
                     return
                 except OSError:
                     self._close_locked()
@@ -233,110 +262,194 @@ def live_sandbox_processes() -> list[int]:
     return sorted(found)
 
 
-def _kill_zygote(pid: int, pidfd: int | None) -> None:
-    if pidfd is not None:
-        try:
-            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
-        except OSError:
+class _EventStream:
+    """JSON-line events from a zygote, read up to deadlines; kills the zygote at the global one."""
+
+    def __init__(self, fd: int, deadline: float):
+        self.fd, self.deadline = fd, deadline
+        self.events: list[dict[str, Any]] = []
+        self.backstop_hit = self.closed = False
+        self._pending, self._received, self._next = b"", 0, 0
+        self._zygote: int | None = None
+        self._pidfd: int | None = None
+        self._poller = select.poll()  # not select(): our fds may be above 1024 in a busy harness
+        self._poller.register(fd, select.POLLIN)
+
+    def next_event(self, until: float | None = None) -> dict[str, Any] | None:
+        """The next event not yet returned; None at EOF, after the global backstop, or at ``until``."""
+        while len(self.events) == self._next:
+            if self.closed:
+                return None
+            now = time.monotonic()
+            if until is not None and now >= until and now < self.deadline:
+                return None
+            if now >= self.deadline:
+                if self.backstop_hit:  # it does not even close its pipe after a SIGKILL: give up
+                    self.closed = True
+                    return None
+                self.backstop_hit = True
+                self.kill()
+                self.deadline = now + 2.0
+                continue
+            limit = min(self.deadline, until) if until is not None else self.deadline
+            if self._poller.poll(max(limit - now, 0) * 1000):
+                self._read()
+        self._next += 1
+        return self.events[self._next - 1]
+
+    def _read(self) -> None:
+        chunk = os.read(self.fd, 65536)
+        if not chunk:
+            self.closed = True
             return
-        # The zygote was alive a moment ago, so its group id cannot belong to anyone else.
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except OSError:
-        pass
+        self._received += len(chunk)
+        if self._received > _EVENT_STREAM_CAP:
+            return  # a flood on our channel: drop it, the events we need came first
+        *lines, self._pending = (self._pending + chunk).split(b"\n")
+        for line in lines:
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(event, dict):
+                self.events.append(event)
+                if event.get("event") == "started" and self._zygote is None:
+                    self._watch(int(event["pid"]))
+
+    def _watch(self, pid: int) -> None:
+        self._zygote = pid
+        try:
+            self._pidfd = os.pidfd_open(pid)
+        except (AttributeError, OSError):
+            self._pidfd = None
+
+    def kill(self) -> None:
+        if self._zygote is None:
+            return
+        if self._pidfd is not None:
+            try:
+                signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
+            except OSError:
+                return
+            # The zygote was alive a moment ago, so its group id cannot belong to anyone else.
+        with contextlib.suppress(OSError):
+            os.killpg(self._zygote, signal.SIGKILL)
+
+    def close(self) -> None:
+        if self._pidfd is not None:
+            os.close(self._pidfd)
+            self._pidfd = None
 
 
-def _collect(fd: int, deadline: float) -> tuple[list[dict[str, Any]], bool]:
-    """Read JSON-line events until EOF or the deadline; kill the zygote at the deadline."""
-    events: list[dict[str, Any]] = []
-    pending, received, backstop_hit = b"", 0, False
-    zygote, pidfd = None, None
-    poller = select.poll()  # not select(): our fds may be above 1024 in a busy harness
-    poller.register(fd, select.POLLIN)
+def _write_input(folder: str, text: str) -> None:
+    """This test's input, and nothing else, where the test process will look for it."""
+    path = os.path.join(folder, judge.INPUT_FILE)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)  # a program may have left a link or a read-only file in its place
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
+        fh.write(text)
+
+
+def _drive(job: SandboxJob, folder: str, stream: _EventStream, commands_w: int) -> list[dict[str, Any]]:
+    """Run the tests one by one: input in, "run", wait for the report, judge it here."""
+    verdicts: list[dict[str, Any]] = []
+    judge_test = judge.JUDGES[job.mode]
     try:
-        while True:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                if backstop_hit:
-                    break  # it does not even close its pipe after a SIGKILL: give up on it
-                backstop_hit = True
-                if zygote is not None:
-                    _kill_zygote(zygote, pidfd)
-                deadline = time.monotonic() + 2.0
-                continue
-            if not poller.poll(remaining * 1000):
-                continue
-            chunk = os.read(fd, 65536)
-            if not chunk:
+        while (event := stream.next_event()) is not None and event.get("event") != "ready":
+            if event.get("event") in ("compile_error", "done", "error"):
+                return verdicts
+        if event is None:
+            return verdicts
+        for index, (given, expected) in enumerate(job.tests):
+            _write_input(folder, given)
+            os.write(commands_w, b"run\n")
+            until = time.monotonic() + job.wall_s + 5.0
+            while (event := stream.next_event(until)) is not None and event.get("event") != "ran":
+                pass
+            if event is None:  # the zygote died, hung or missed its own backstop
+                if not stream.closed and not stream.backstop_hit:
+                    stream.kill()
+                return verdicts
+            verdicts.append(judge_test(index, judge.Ran.from_event(event), expected, folder, job.limits))
+            if verdicts[-1].get("outcome") in judge.STOPPING:
                 break
-            received += len(chunk)
-            if received > _EVENT_STREAM_CAP:
-                continue  # a flood on our channel: drop it, the events we need came first
-            *lines, pending = (pending + chunk).split(b"\n")
-            for line in lines:
-                try:
-                    event = json.loads(line)
-                except ValueError:
-                    continue
-                if isinstance(event, dict):
-                    events.append(event)
-                    if event.get("event") == "started" and zygote is None:
-                        zygote = int(event["pid"])
-                        try:
-                            pidfd = os.pidfd_open(zygote)
-                        except (AttributeError, OSError):
-                            pidfd = None
+    except (BrokenPipeError, FileNotFoundError):
+        return verdicts  # the zygote is gone (its events say why)
     finally:
-        if pidfd is not None:
-            os.close(pidfd)
-    return events, backstop_hit
+        os.close(commands_w)  # EOF: the zygote kills what is left, says "done" and exits
+        while stream.next_event() is not None:
+            pass
+    return verdicts
 
 
-def _run_via_server(job_path: str, deadline: float) -> tuple[list[dict[str, Any]], bool]:
+def _run_via_server(job_path: str, job: SandboxJob, folder: str, deadline: float):
     result_r, result_w = os.pipe()
+    commands_r, commands_w = os.pipe()
     try:
-        _SERVER.submit(job_path, result_w)
+        _SERVER.submit(job_path, [result_w, commands_r])
+    except BaseException:
+        os.close(commands_w)
+        raise
     finally:
         os.close(result_w)
+        os.close(commands_r)
+    stream = _EventStream(result_r, deadline)
     try:
-        return _collect(result_r, deadline)
+        verdicts = _drive(job, folder, stream, commands_w)
+        return stream.events + verdicts, stream.backstop_hit
     finally:
+        stream.close()
         os.close(result_r)
 
 
-def _run_one_shot(job_path: str, folder: str, deadline: float) -> tuple[list[dict[str, Any]], bool]:
+def _run_one_shot(job_path: str, job: SandboxJob, folder: str, deadline: float):
     """Fallback without the fork server: one fresh interpreter as the zygote."""
-    proc = subprocess.Popen(
-        [sys.executable, "-s", CHILD_SCRIPT, "--job", job_path], cwd=folder, env=scrubbed_env(),
-        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-        start_new_session=True,
-    )
+    commands_r, commands_w = os.pipe()
     try:
-        return _collect(proc.stdout.fileno(), deadline)
+        proc = subprocess.Popen(
+            [sys.executable, "-s", CHILD_SCRIPT, "--job", job_path, "--commands", str(commands_r)],
+            cwd=folder, env=scrubbed_env(), pass_fds=[commands_r],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    except BaseException:
+        os.close(commands_w)
+        raise
     finally:
-        try:
+        os.close(commands_r)
+    stream = _EventStream(proc.stdout.fileno(), deadline)
+    stream.events.append({"event": "started", "pid": proc.pid})
+    stream._watch(proc.pid)
+    try:
+        verdicts = _drive(job, folder, stream, commands_w)
+        return stream.events + verdicts, stream.backstop_hit
+    finally:
+        stream.close()
+        with contextlib.suppress(OSError):
             os.killpg(proc.pid, signal.SIGKILL)  # before reaping: the group id is still ours
-        except OSError:
-            pass
         proc.stdout.close()
         proc.wait()
 
 
 def run_in_sandbox(job: SandboxJob, *, use_fork_server: bool = True) -> SandboxRun:
-    """Run ``job`` in a fresh sandboxed zygote and return its events. Never raises for
-    anything the program does; harness failures come back as ``SandboxRun.error``."""
+    """Run ``job`` in a fresh sandboxed zygote and return its events (the zygote's, then one
+    "test"/"exec" event per judged test). Never raises for anything the program does; harness
+    failures come back as ``SandboxRun.error``."""
     began = time.monotonic()
+    if job.mode == "functional":
+        problem = judge.functional_data_error(job.tests)
+        if problem:
+            return SandboxRun(({"event": "data_error", "detail": problem},), duration_s=0.0)
     folder = os.path.realpath(tempfile.mkdtemp(prefix="lcb-sbx-"))
     try:
         job_path = os.path.join(folder, "job.json")
         with open(job_path, "w", encoding="utf-8") as fh:
             json.dump(job.to_wire(folder), fh)
         deadline = began + job.backstop_s
+        run = _run_via_server if use_fork_server else _run_one_shot
         try:
-            if use_fork_server:
-                events, backstop_hit = _run_via_server(job_path, deadline)
-            else:
-                events, backstop_hit = _run_one_shot(job_path, folder, deadline)
+            events, backstop_hit = run(job_path, job, folder, deadline)
         except OSError as exc:
             return SandboxRun((), error=f"could not start the sandbox: {exc}",
                               duration_s=time.monotonic() - began)
@@ -348,4 +461,3 @@ def run_in_sandbox(job: SandboxJob, *, use_fork_server: bool = True) -> SandboxR
     confined = any(e.get("event") == "confined" and e.get("landlock") for e in events)
     return SandboxRun(tuple(events), backstop_hit=backstop_hit, error=error, landlock=confined,
                       duration_s=time.monotonic() - began)
-

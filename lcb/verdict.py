@@ -22,7 +22,10 @@ class Outcome(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class TestResult:
-    """One test's result. ``detail`` is for humans and never shown to optimizers."""
+    """One test's result. ``detail`` is for humans and never shown to optimizers.
+
+    ``duration_s`` is wall-clock seconds, ``cpu_s`` CPU seconds (what the limit applies to).
+    """
 
     __test__ = False
 
@@ -30,6 +33,7 @@ class TestResult:
     outcome: Outcome
     duration_s: float
     detail: str = ""
+    cpu_s: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)

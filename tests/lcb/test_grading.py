@@ -148,8 +148,10 @@ def test_functional_top_level_function_and_missing_method():
     assert "square" in missing.tests[0].detail
 
 
-def test_functional_one_instance_across_tests_like_official():
-    problem = functional_problem([("1", "1"), ("1", "2"), ("1", "3")], fn_name="bump")
+def test_functional_fresh_instance_per_test():
+    # Each test runs in its own process (no process holds another test's input), so unlike the
+    # official harness state does not carry over from one test to the next.
+    problem = functional_problem([("1", "1"), ("1", "1"), ("1", "1")], fn_name="bump")
     code = ("class Solution:\n    def __init__(self):\n        self.calls = 0\n"
             "    def bump(self, x):\n        self.calls += x\n        return self.calls\n")
     assert grade(problem, code).solved

@@ -54,7 +54,7 @@ def test_backstop_kills_a_zygote_that_stopped_reporting(monkeypatch):
     # Freeze the zygote from outside (model code cannot: no signals out of its domain); only
     # the harness's global deadline can end the run then.
     monkeypatch.setattr(sandbox, "_STARTUP_ALLOWANCE_S", -4.0)  # backstop = (1 + 1) + 5 - 4 = 2 s
-    job = SandboxJob("stdin", "import time\ntime.sleep(60)\n", (("", ""),), timeout_s=1.0)
+    job = SandboxJob("stdin", "import time\ntime.sleep(60)\n", (("", ""),), timeout_s=1.0, wall_limit_s=1.0)
     stopped = []
 
     def freeze():
