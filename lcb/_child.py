@@ -187,7 +187,7 @@ def _enter_test_process(job: dict, status_w: int, stdin: str, stdout: str, stder
         os.close(fd)
     os.dup2(status_w, _STATUS_FD)
     os.closerange(_STATUS_FD + 1, 1 << 20)  # the zygote's channels, the job file: gone
-    cpu = job["cpu_limit_s"]
+    cpu = math.ceil(job["cpu_limit_s"] * 1.5) + 1  # a backstop: the zygote watches the CPU clock
     resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
     resource.setrlimit(resource.RLIMIT_FSIZE, (job["output_limit_bytes"],) * 2)
     if job["nproc_limit"]:  # RLIMIT_NPROC counts per user and is not enforced for root
@@ -378,6 +378,20 @@ def kill_all_descendants(keep: frozenset[int] = frozenset()) -> None:
         time.sleep(0.001)
 
 
+_CPU_POLL_S = 0.02
+
+
+def _cpu_clock(pid: int) -> int | None:
+    """The CPU-time clock of process ``pid`` (clock_getcpuclockid), None where unavailable."""
+    clock = ctypes.c_int()
+    try:
+        if _libc.clock_getcpuclockid(pid, ctypes.byref(clock)) != 0:
+            return None
+    except AttributeError:
+        return None
+    return clock.value
+
+
 class _Watched:
     """A forked test process we can wait for with a deadline (pidfd when the kernel has it)."""
 
@@ -388,22 +402,31 @@ class _Watched:
         except (AttributeError, OSError):
             self.pidfd = None
 
-    def wait(self, deadline: float, read_fd: int | None = None) -> str:
-        """'exit', 'read' or 'timeout'. Does not reap, so the pid stays ours to kill."""
+    def wait(self, deadline: float, cpu_limit: float | None = None) -> str:
+        """'exit', 'timeout' (wall clock) or 'cpu' (CPU time over ``cpu_limit``). Does not reap,
+        so the pid stays ours to kill. The CPU clock is polled: RLIMIT_CPU alone fires early on
+        some (virtualized) kernels, before the process's own CPU clock reaches the limit."""
+        clock = _cpu_clock(self.pid) if cpu_limit is not None else None
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return "timeout"
-            fds = [fd for fd in (self.pidfd, read_fd) if fd is not None]
             step = remaining if self.pidfd is not None else min(remaining, 0.002)
-            ready, _, _ = select.select(fds, [], [], step)
-            if read_fd is not None and read_fd in ready:
-                return "read"
+            if clock is not None:
+                step = min(step, _CPU_POLL_S)
+            ready, _, _ = select.select([self.pidfd] if self.pidfd is not None else [], [], [], step)
             if self.pidfd is not None:
-                if self.pidfd in ready:
+                if ready:
                     return "exit"
             elif os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
                 return "exit"
+            if clock is not None:
+                try:
+                    if time.clock_gettime(clock) > cpu_limit:
+                        return "cpu"
+                except OSError:
+                    clock = None  # it is exiting; the next round sees it
+
 
     def finish(self, kill: bool) -> tuple[int, resource.struct_rusage]:
         """Kill the test process group (always: it may have left children), reap, clean up."""
@@ -456,8 +479,8 @@ def run_test(job: dict, code) -> dict:
         os._exit(1)  # not reached
     os.close(status_w)
     watched = _Watched(pid)
-    state = watched.wait(began + job["wall_limit_s"])
-    status, usage = watched.finish(kill=state == "timeout")
+    state = watched.wait(began + job["wall_limit_s"], job["cpu_limit_s"])
+    status, usage = watched.finish(kill=state != "exit")
     wall = time.monotonic() - began
     report = {"state": state, "wall_s": round(wall, 6),
               "cpu_s": round(usage.ru_utime + usage.ru_stime, 6),

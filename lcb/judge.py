@@ -28,7 +28,7 @@ INPUT_FILE, STDOUT_FILE, STDERR_FILE, RESULT_FILE = "in.txt", "stdout.txt", "std
 class Ran:
     """One test process's end, as the zygote reported it."""
 
-    state: str  # "exit" or "timeout" (the wall-clock backstop)
+    state: str  # "exit", "cpu" (killed at the CPU limit) or "timeout" (the wall-clock backstop)
     exit_code: int | None
     signal: int | None
     cpu_s: float
@@ -77,7 +77,7 @@ def read_head(path: str, limit: int) -> tuple[bytes, bool]:
 def _time_limit(ran: Ran, limits: Limits, cpu_used: float) -> str | None:
     if ran.state == "timeout":
         return f"no exit within the {limits.wall_s:g} s wall-clock backstop (blocked or starved)"
-    if ran.signal == signal.SIGXCPU or cpu_used > limits.timeout_s:
+    if ran.state == "cpu" or ran.signal == signal.SIGXCPU or cpu_used > limits.timeout_s:
         return f"CPU time limit exceeded ({cpu_used:.2f} s > {limits.timeout_s:g} s)"
     return None
 
@@ -156,8 +156,8 @@ def judge_exec(index: int, ran: Ran, expected: str, folder: str, limits: Limits)
     del expected
     out, out_cut = read_head(os.path.join(folder, STDOUT_FILE), limits.capture_bytes)
     err, err_cut = read_head(os.path.join(folder, STDERR_FILE), limits.capture_bytes)
-    timed_out = ran.state == "timeout" or ran.signal == signal.SIGXCPU
-    if ran.state == "timeout":
+    timed_out = ran.state != "exit" or ran.signal == signal.SIGXCPU
+    if ran.state != "exit":
         exit_code = -signal.SIGKILL
     elif ran.signal is not None:
         exit_code = -ran.signal

@@ -32,7 +32,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import json
-import math
 import os
 import select
 import shutil
@@ -114,7 +113,6 @@ class SandboxJob:
     prelude: bool = True
     got_preview_chars: int = 300
     wall_limit_s: float | None = None
-    cpu_limit_s: int | None = None
     landlock: bool = True
     wrap_top_level: bool = True
 
@@ -135,7 +133,7 @@ class SandboxJob:
     def to_wire(self, folder: str) -> dict[str, Any]:
         """What the zygote gets: no test inputs, no expected outputs."""
         # A functional test process runs the module and the call, each allowed the full limit.
-        cpu = self.cpu_limit_s or math.ceil(self.timeout_s) * (2 if self.mode == "functional" else 1)
+        cpu = self.timeout_s * (2 if self.mode == "functional" else 1)
         return {
             "mode": self.mode, "code": self.code, "fn_name": self.fn_name, "folder": folder,
             "cpu_limit_s": cpu, "wall_limit_s": self.wall_s, "memory_bytes": self.memory_bytes,

@@ -1,8 +1,9 @@
 """``python_exec``: the code-running tool agents get, in the same sandbox as grading.
 
 Each call runs the code as ``python main.py`` in a fresh sandboxed process (scrubbed environment,
-rlimits, its own temporary folder, writes confined there, killed with its whole process tree on
-timeout). The LCB prelude (``List``, ``defaultdict``, ... without imports; recursion limit 50000)
+rlimits, its own temporary folder, writes confined there, reads confined to the interpreter and
+that folder where the kernel has Landlock, no TCP, killed with its whole process tree after
+``timeout_s`` of CPU time or twice that of wall-clock time). The LCB prelude (``List``, ``defaultdict``, ... without imports; recursion limit 50000)
 is on by default so that code behaves here as it will when graded. The reliability guard is off
 by default: agents may legitimately start subprocesses to test their programs.
 """
@@ -61,7 +62,8 @@ def _clip(text: str, limit: int) -> str:
 def python_exec(code: str, stdin: str = "", timeout_s: float = DEFAULT_TIMEOUT_S, *,
                 guard: bool = False, prelude: bool = True) -> ExecResult:
     """Run ``code`` with ``stdin`` in a fresh sandboxed Python process."""
-    job = SandboxJob(mode="exec", code=code, tests=((stdin, ""),), timeout_s=timeout_s,
+    # CPU time is the limit, as in grading; a program that sleeps or blocks stops at twice that.
+    job = SandboxJob(mode="exec", code=code, tests=((stdin, ""),), timeout_s=timeout_s, wall_limit_s=2 * timeout_s,
                      memory_bytes=memory_limit_bytes(), output_limit_bytes=OUTPUT_LIMIT_BYTES,
                      capture_bytes=CAPTURE_BYTES, guard=guard, prelude=prelude)
     run = run_in_sandbox(job)
