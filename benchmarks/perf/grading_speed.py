@@ -7,6 +7,14 @@ on the programs that do not run for seconds on their own, and the bound that the
 any grader: a few shipped solutions compute for 3-20 s on a test here, in either grader.
 
     .venv/bin/python benchmarks/perf/grading_speed.py [--limit N] [--workers W] [--timeout S]
+    .venv/bin/python benchmarks/perf/grading_speed.py --against f1db267 [--limit N]   # vs an older grader
+    .venv/bin/python benchmarks/perf/grading_speed.py --load [--limit N]              # quiet vs CPU hogs
+
+``--against REF`` grades the same programs with this checkout's grader and with the grader of
+git revision REF (exported to a temporary folder), each in its own fresh process, and prints
+both throughputs and their ratio (target: >= 0.9). ``--load`` grades them at the official 6 s
+limit on a quiet machine and again beside one CPU hog per core, and prints how many verdicts
+differ (target: 0).
 
 The naive grader uses the same comparator and prelude; it starts ``python`` once per test
 (stdin: the program as a script; functional: a small driver that loads the program as a module
@@ -18,14 +26,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
+# --worker runs another revision's grader: its folder comes first on the path
+sys.path.insert(0, os.environ.get("LCB_BENCH_CODE_ROOT", str(ROOT)))
 
 from lcb._prelude import PRELUDE_SOURCE  # noqa: E402
 from lcb.compare import outputs_match  # noqa: E402
@@ -102,16 +113,7 @@ def _timed(fn, items, workers: int, timeout_s: float) -> tuple[list[list[bool]],
     return [p[0] for p in pairs], [p[1] for p in pairs], time.perf_counter() - began
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--limit", type=int, default=None, help="use only the first N (problem, solution) pairs")
-    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
-    parser.add_argument("--timeout", type=float, default=20.0,
-                        help="per-test seconds for both graders (generous, so load cannot flip verdicts)")
-    args = parser.parse_args()
-    if not (SHARED / "release_v1_rows.jsonl").exists():
-        print(f"error: shared data not found at {SHARED.resolve()}; nothing to benchmark", file=sys.stderr)
-        return 0
+def _load_items(limit: int | None) -> list[tuple[Problem, str]]:
     with open(SHARED / "release_v1_rows.jsonl", encoding="utf-8") as fh:
         problems = {p.id: p for p in (problem_from_row(json.loads(line), decode_private=False) for line in fh)}
     items = []
@@ -121,7 +123,102 @@ def main() -> int:
                 record = json.loads(line)
                 if record["question_id"] in problems and problems[record["question_id"]].public_tests:
                     items.append((problems[record["question_id"]], record["code_list"][0]))
-    items = items[: args.limit] if args.limit else items
+    return items[:limit] if limit else items
+
+
+def _worker(args) -> int:
+    """Grade the items with whatever grader is first on the path; print verdicts and timing."""
+    items = _load_items(args.limit)
+    ours(*items[0], args.timeout)  # fork server up outside the timed region
+    results, _times, wall = _timed(ours, items, args.workers, args.timeout)
+    tests = sum(len(p.public_tests) for p, _ in items)
+    print(json.dumps({"tests": tests, "wall_s": wall, "tests_per_s": tests / wall, "verdicts": results}))
+    return 0
+
+
+def _run_worker(code_root: Path, args, timeout_s: float) -> dict:
+    env = {**os.environ, "LCB_BENCH_CODE_ROOT": str(code_root)}
+    argv = [sys.executable, str(Path(__file__).resolve()), "--worker", "--workers", str(args.workers),
+            "--timeout", str(timeout_s)] + (["--limit", str(args.limit)] if args.limit else [])
+    done = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"worker for {code_root} failed: {done.stderr.strip()[-500:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _differing(a: list[list[bool]], b: list[list[bool]]) -> int:
+    return sum(x != y for x, y in zip(a, b))
+
+
+def _against(args) -> int:
+    """This checkout's grader vs the one at git revision ``args.against``, same programs."""
+    folder = Path(tempfile.mkdtemp(prefix="lcb-bench-baseline-"))
+    try:
+        archive = subprocess.run(["git", "-C", str(ROOT), "archive", args.against, "lcb"],
+                                 capture_output=True, check=False)
+        if archive.returncode != 0:
+            print(f"error: cannot export revision {args.against!r}: {archive.stderr.decode().strip()}",
+                  file=sys.stderr)
+            return 2
+        subprocess.run(["tar", "-x", "-C", str(folder)], input=archive.stdout, check=True)
+        rounds = []
+        for _ in range(args.rounds):  # alternate, so drifting machine load hits both alike
+            rounds.append((_run_worker(ROOT, args, args.timeout), _run_worker(folder, args, args.timeout)))
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+    new = sorted(r[0]["tests_per_s"] for r in rounds)[len(rounds) // 2]
+    old = sorted(r[1]["tests_per_s"] for r in rounds)[len(rounds) // 2]
+    report = {"tests": rounds[0][0]["tests"], "rounds": args.rounds, "workers": args.workers,
+              "new_tests_per_s": round(new, 1), f"{args.against}_tests_per_s": round(old, 1),
+              "ratio_new_over_old": round(new / old, 3),
+              "verdicts_differing": _differing(rounds[0][0]["verdicts"], rounds[0][1]["verdicts"])}
+    print(json.dumps(report, indent=2))
+    return 0
+
+
+def _load(args) -> int:
+    """Verdicts at the official limit, quiet and beside a CPU hog on every core."""
+    quiet = _run_worker(ROOT, args, 6.0)
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True:\n    pass\n"]) for _ in range(os.cpu_count() or 1)]
+    try:
+        loaded = _run_worker(ROOT, args, 6.0)
+    finally:
+        for hog in hogs:
+            hog.kill()
+            hog.wait()
+    differing = [i for i, (a, b) in enumerate(zip(quiet["verdicts"], loaded["verdicts"])) if a != b]
+    report = {"programs": len(quiet["verdicts"]), "tests": quiet["tests"], "hogs": len(hogs),
+              "quiet_tests_per_s": round(quiet["tests_per_s"], 1), "loaded_tests_per_s": round(loaded["tests_per_s"], 1),
+              "verdicts_differing": len(differing), "differing_programs": differing[:20]}
+    print(json.dumps(report, indent=2))
+    return 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--limit", type=int, default=None, help="use only the first N (problem, solution) pairs")
+    parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--timeout", type=float, default=20.0,
+                        help="per-test seconds for both graders (generous, so load cannot flip verdicts)")
+    parser.add_argument("--against", metavar="REF", help="compare throughput with the grader of git revision REF")
+    parser.add_argument("--rounds", type=int, default=3, help="--against: alternating runs per grader (median)")
+    parser.add_argument("--load", action="store_true", help="verdicts quiet vs beside a CPU hog per core")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.limit is not None and args.limit < 1:
+        parser.error("--limit must be at least 1")
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
+    if not (SHARED / "release_v1_rows.jsonl").exists():
+        print(f"error: shared data not found at {SHARED.resolve()}; nothing to benchmark", file=sys.stderr)
+        return 0
+    if args.worker:
+        return _worker(args)
+    if args.against:
+        return _against(args)
+    if args.load:
+        return _load(args)
+    items = _load_items(args.limit)
     n_tests = sum(len(p.public_tests) for p, _ in items)
     print(f"{len(items)} programs, {n_tests} public tests, {args.workers} workers", file=sys.stderr)
 
