@@ -1,14 +1,29 @@
-"""Gold-free selection for the replica teams: a vote over whitespace-normalized programs."""
+"""Gold-free selection for the replica teams: a vote over programs, equal when they are the
+same program.
+
+The reference collapsed every whitespace run and compared the texts. In Python that merges
+programs that differ in behaviour (``if c:\\n    a\\n    b`` vs ``if c:\\n    a\\nb``; string
+literals ``"a  b"`` vs ``"a b"``) and still splits programs that differ only in comments or
+formatting. Here two programs vote together iff their syntax trees are equal (formatting,
+comments, quote style and redundant parentheses do not count; indentation structure and
+literal contents do). A program that does not parse is keyed by its whitespace-collapsed text,
+so identical broken programs still agree with each other, never with a parsing one.
+"""
 
 from __future__ import annotations
 
+import ast
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 
 def normalize_program(code: str) -> str:
-    """The vote key: every whitespace run collapsed to one space, ends stripped."""
-    return " ".join(code.split())
+    """The vote key: the program's syntax tree (no positions), or its collapsed text if it
+    does not parse."""
+    try:
+        return "ast:" + ast.dump(ast.parse(code))
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return "text:" + " ".join(code.split())
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,12 +36,12 @@ class VoteResult:
 def majority_vote(codes: Sequence[str | None]) -> VoteResult:
     """The most common program; ties go to the bucket holding the lowest index.
 
-    ``None`` entries abstain. The winner is the lowest index inside the winning bucket.
+    ``None`` and blank entries abstain. The winner is the lowest index inside the winning bucket.
     """
     first_index: dict[str, int] = {}
     counts: dict[str, int] = {}
     for index, code in enumerate(codes):
-        if code is None:
+        if code is None or not code.strip():
             continue
         key = normalize_program(code)
         first_index.setdefault(key, index)
