@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -65,13 +66,28 @@ def clip(text: str, limit: int = 300) -> str:
 
 
 def read_head(path: str, limit: int) -> tuple[bytes, bool]:
-    """The first ``limit`` bytes of a file and whether there was more (missing file: empty)."""
+    """The first ``limit`` bytes of a file the program left and whether there was more.
+
+    Only a plain file with one link counts: a program may have replaced its output by a
+    symlink or hard link to a file that the harness, unconfined, could read (missing or
+    anything else: empty)."""
     try:
-        with open(path, "rb") as fh:
-            data = fh.read(limit + 1)
-    except FileNotFoundError:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
         return b"", False
+    with os.fdopen(fd, "rb") as fh:
+        info = os.fstat(fh.fileno())
+        if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
+            return b"", False
+        data = fh.read(limit + 1)
     return data[:limit], len(data) > limit
+
+
+def _size(path: str) -> int:
+    try:
+        return os.lstat(path).st_size
+    except OSError:
+        return 0
 
 
 def _time_limit(ran: Ran, limits: Limits, cpu_used: float) -> str | None:
@@ -115,7 +131,7 @@ def judge_stdin(index: int, ran: Ran, expected: str, folder: str, limits: Limits
     stdout = os.path.join(folder, STDOUT_FILE)
     if late:
         return {**event, "outcome": "time_limit", "detail": late}
-    if os.path.exists(stdout) and os.path.getsize(stdout) >= limits.output_limit_bytes:
+    if _size(stdout) >= limits.output_limit_bytes:
         # Python ignores SIGXFSZ, so hitting the cap shows up as an OSError (EFBIG).
         return {**event, "outcome": "wrong_answer", "detail": "output limit exceeded"}
     if not ran.clean_exit:
@@ -163,8 +179,7 @@ def judge_exec(index: int, ran: Ran, expected: str, folder: str, limits: Limits)
         exit_code = -ran.signal
     else:
         exit_code = ran.exit_code if ran.exit_code is not None else -1
-    sizes = [os.path.getsize(p) for p in (os.path.join(folder, STDOUT_FILE), os.path.join(folder, STDERR_FILE))
-             if os.path.exists(p)]
+    sizes = [_size(os.path.join(folder, name)) for name in (STDOUT_FILE, STDERR_FILE)]
     truncated = out_cut or err_cut or any(size >= limits.output_limit_bytes for size in sizes)
     return {"event": "exec", "stdout": out.decode("utf-8", errors="replace"),
             "stderr": err.decode("utf-8", errors="replace"), "exit_code": exit_code, "timed_out": timed_out,

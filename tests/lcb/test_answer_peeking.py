@@ -374,3 +374,31 @@ def test_outcomes_of_failed_peeks_are_ordinary():
     """A peek that finds nothing is a plain wrong answer (no sandbox errors, no crash)."""
     verdict = _graded(stdin_problem(_answers()), stdin_program(SOURCES["frame_walk"]))
     assert verdict.outcome is Outcome.WRONG_ANSWER
+
+
+@pytest.mark.parametrize("link", ["symlink", "hardlink"])
+def test_output_replaced_by_a_link_does_not_make_the_harness_read_for_the_program(tmp_path, link):
+    """The harness reads what a program left in its folder; a link to a file only the harness
+    can read must not come back as output (python_exec returns it, feedback previews it)."""
+    secret = tmp_path / "harness-only.txt"
+    secret.write_text("harness-secret-7f3a")
+    make = "posix.symlink" if link == "symlink" else "posix.link"
+    code = textwrap.dedent(f'''
+        import posix, sys
+        sys.stdout.flush()
+        try:
+            posix.unlink("stdout.txt")
+        except OSError:
+            pass
+        try:
+            {make}({str(secret)!r}, "stdout.txt")
+        except OSError:
+            pass
+    ''')
+    from lcb.tools import python_exec
+
+    assert "harness-secret" not in python_exec(code).stdout
+    problem = Problem("peek-link", "t", "s", "atcoder", "easy", "", "", None,
+                      (TestCase("", "x", Kind.STDIN),), ())
+    verdict = grade(problem, code, tests="public")  # public: the feedback previews the output
+    assert "got:" in verdict.feedback and "harness-secret" not in verdict.feedback
