@@ -2,8 +2,9 @@
 
 Runs as its own script (never imported by the harness): ``python _child.py --server FD`` starts a
 fork server that reads jobs from a unix socket, ``python _child.py --job PATH --commands FD`` runs
-one job and writes its events to stdout. Stdlib only (numpy is warmed when installed); it loads
-its helper modules from its own folder and then drops that folder from ``sys.path``.
+one job and writes its events to stdout. Stdlib only; it loads its helper modules from its own
+folder and then drops that folder from ``sys.path``. numpy, when a program mentions it, is
+imported by the zygote before any test process applies the guard (as officially).
 
 Process tree (all single-threaded, so forking is safe)::
 
@@ -31,6 +32,7 @@ import builtins
 import ctypes
 import errno
 import faulthandler
+import gc
 import io
 import json
 import math
@@ -61,10 +63,6 @@ for _name in ("_landlock", "_returns", "_script", "_prelude"):
 
 for _name in PRELUDE_MODULES:
     __import__(_name)  # warm: the fork server pays the import once, every test inherits it
-try:
-    import numpy  # noqa: F401  -- as LiveCodeBench's harness: imported before the guard
-except ImportError:
-    pass
 PRELUDE_CODE = compile(PRELUDE_SOURCE, "<prelude>", "exec", dont_inherit=True)
 _PRELUDE_NAMESPACE: dict = {}
 exec(PRELUDE_CODE, _PRELUDE_NAMESPACE)
@@ -525,6 +523,15 @@ def _compile(job: dict, emit: _Emitter):
                        "<compile>", "exec", dont_inherit=True), False
 
 
+def _warm_numpy() -> None:
+    """As in LiveCodeBench's harness, numpy is imported before the guard (importing it under
+    the guard fails). Only for programs that mention it: the others fork a leaner zygote."""
+    try:
+        import numpy  # noqa: F401
+    except ImportError:
+        pass
+
+
 def _commands(fd: int):
     """Lines the harness sends; ends at EOF (the harness is done or gone)."""
     pending = b""
@@ -561,6 +568,9 @@ def run_job(job_path: str, commands_fd: int, emit: _Emitter) -> None:
     if code is None:
         emit("done")
         return
+    if "numpy" in job["code"]:
+        _warm_numpy()
+    gc.freeze()  # test processes inherit these objects; a collection there must not touch (copy) them
     emit("ready", wrapped=wrapped)
     for command in _commands(commands_fd):
         if command == "run":
@@ -592,6 +602,7 @@ def _prepare_process() -> None:
 def serve(sock_fd: int) -> None:
     """Fork server: receive (job path; result pipe, command pipe) messages; fork one zygote per job."""
     _prepare_process()
+    gc.freeze()  # the warm modules: forked children's collections skip them (fewer page copies)
     _libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     sock = socket.socket(fileno=sock_fd)
     zygotes: set[int] = set()
