@@ -1,20 +1,33 @@
 """Grade a program on a problem's tests, with LiveCodeBench's official semantics.
 
 Stdin tests run the program as a real script (real stdin file, ``__main__``, ``sys.stdin.buffer``,
-``global`` all behave as under ``python main.py``) and pass iff it exits 0 and its stdout matches
-by the official comparator (lcb/compare.py). Functional tests call ``Solution().<fn_name>`` (one
-instance reused across the tests, as officially) or the top-level function, with one JSON value
-per input line as positional arguments; a returned tuple becomes a list; pass iff ``==`` the
-JSON-decoded expected value. Both modes get the official implicit-import prelude, recursion
-limit 50000 and no int-to-str digit limit.
+``global`` all behave as under ``python main.py``; its top-level statements run as a function
+body, so they are as fast as under the official wrapping: lcb/_script.py) and pass iff it exits
+0 and its stdout matches by the official comparator (lcb/compare.py). Functional tests call
+``Solution().<fn_name>`` or the top-level function, with one JSON value per input line as
+positional arguments; a returned tuple becomes a list; pass iff ``==`` the JSON-decoded expected
+value. Both modes get the official implicit-import prelude, recursion limit 50000, no int-to-str
+digit limit, and numpy imported before the guard, as officially.
 
-Deliberate differences from the official harness (all make correct programs pass):
-* stdin programs are not wrapped in a function, so ``global`` and non-final ``__main__``
-  guards work and ``sys.stdin.buffer`` / ``sys.stdout.buffer`` are real;
+Each test runs in its own process, which never sees an expected output or another test's
+input; the harness judges what it left behind (lcb/judge.py). The limit is CPU time (6 s), with
+a wall-clock backstop for programs that block, so machine load does not flip verdicts; each
+test result records both times.
+
+Deliberate differences from the official harness (all make correct programs pass, or keep
+answers out of reach):
+* stdin programs keep script semantics (``global``, non-final ``__main__`` guards, real
+  ``sys.stdin.buffer`` / ``sys.stdout.buffer``), which the official wrapping breaks;
 * a non-zero exit code fails the test (the official harness swallows ``SystemExit``);
 * big integers print without the 50000-digit limit;
 * ``Solution`` is used when the code defines such a class (official: when the text
-  ``class Solution`` occurs anywhere in the code);
+  ``class Solution`` occurs anywhere in the code), and every test gets a fresh instance in a
+  fresh process (official: one instance for all tests, which would let a process hold other
+  tests' inputs);
+* a functional return value is compared as plain data (numpy numbers and arrays as the Python
+  values they equal; objects of the program's own classes are refused, so no ``__eq__`` of the
+  program's decides its verdict);
+* the limit is CPU time, not wall-clock time;
 * all tests are graded for the pass count, except that after a time or memory limit the
   remaining tests are not run (they count as failed with the same outcome).
 """

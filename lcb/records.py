@@ -44,6 +44,8 @@ def _first_failure(verdict: Verdict) -> dict[str, Any] | None:
                 "index": test.index,
                 "outcome": test.outcome.value,
                 "detail": test.detail[:DETAIL_CHARS],
+                "cpu_s": round(test.cpu_s, 3),
+                "wall_s": round(test.duration_s, 3),
             }
     return None
 
