@@ -83,12 +83,12 @@ def _clip(text: str, limit: int = 300) -> str:
     return text if len(text) <= limit else text[: limit // 2] + " ... " + text[-limit // 2:]
 
 
-def readable_paths(folder: str) -> tuple[list[str], list[str]]:
-    """(folders, files) a test process may read: the interpreter, its libraries, the system's
-    shared libraries and time zones, a few devices, and its own folder. Not the home folder,
-    the project checkout (except the virtual environment the interpreter runs from), /tmp,
-    other jobs' folders, /proc or /etc beyond what the dynamic loader needs."""
-    folders = {folder, sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
+def _system_readable_paths() -> tuple[list[str], list[str]]:
+    """(folders, files) every test process may read: the interpreter, its libraries, the
+    system's shared libraries and time zones, a few devices. Not the home folder, the project
+    checkout (except the virtual environment the interpreter runs from), /tmp, other jobs'
+    folders, /proc, or /etc beyond what the dynamic loader needs."""
+    folders = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix}
     for key in ("stdlib", "platstdlib", "purelib", "platlib"):
         for vars_ in (None, {"base": sys.base_prefix, "platbase": sys.base_exec_prefix}):
             try:
@@ -99,6 +99,14 @@ def readable_paths(folder: str) -> tuple[list[str], list[str]]:
     files = ["/dev/null", "/dev/zero", "/dev/urandom", "/dev/random", "/etc/ld.so.cache",
              "/etc/localtime", "/etc/nsswitch.conf"]
     return sorted(f for f in folders if f and os.path.isdir(f)), [f for f in files if os.path.exists(f)]
+
+
+_SYSTEM_READABLE = _system_readable_paths()
+
+
+def readable_paths(folder: str) -> tuple[list[str], list[str]]:
+    """What a test process of the job in ``folder`` may read: the system's part and its folder."""
+    return [folder, *_SYSTEM_READABLE[0]], list(_SYSTEM_READABLE[1])
 
 
 # ---------------------------------------------------------------- the reliability guard

@@ -55,17 +55,34 @@ def _stays_at_module_level(stmt: ast.stmt) -> bool:
 
 
 def _top_level_bindings(body: list[ast.stmt]) -> set[str]:
-    """Names the wrapper function binds (its fast locals and cells), found by compiling it.
-    (The probe declares nothing global, so names declared global elsewhere show up here too;
-    the caller subtracts them.)"""
-    probe = ast.Module(body=[_function(body)], type_ignores=[])
-    ast.fix_missing_locations(probe)
-    code = compile(probe, "<probe>", "exec", dont_inherit=True)
-    function = next(c for c in code.co_consts if hasattr(c, "co_varnames"))
-    return set(function.co_varnames) | set(function.co_cellvars)
+    """Names the top-level statements bind (they become the wrapper's locals). Nested function,
+    class, lambda and comprehension scopes bind their own names, not these."""
+    found: set[str] = set()
+    pending: list[ast.AST] = list(body)
+    while pending:
+        node = pending.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            found.add(node.name)
+            pending.extend(node.decorator_list)
+            continue
+        if isinstance(node, (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+            continue
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            found.add(node.id)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            found.update((a.asname or a.name).split(".")[0] for a in node.names if a.name != "*")
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            found.add(node.name)
+        elif isinstance(node, (ast.MatchAs, ast.MatchStar)) and node.name:
+            found.add(node.name)
+        elif isinstance(node, ast.MatchMapping) and node.rest:
+            found.add(node.rest)
+        pending.extend(ast.iter_child_nodes(node))
+    return found
 
 
 def _function(body: list[ast.stmt]) -> ast.FunctionDef:
+    """``def _lcb_main_(): <body>``."""
     function = ast.FunctionDef(
         name=WRAPPER, args=ast.arguments(posonlyargs=[], args=[], kwonlyargs=[], kw_defaults=[],
                                          defaults=[]),
