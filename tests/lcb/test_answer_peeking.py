@@ -361,7 +361,7 @@ def test_control_the_search_finds_an_answer_within_reach():
     assert verdict.solved, verdict.feedback
     # and the frame/gc searches work on data that is in the process
     code = FINDER + SOURCES["gc_scan"] + textwrap.dedent(f'''
-        secret_holder = {{"kept": "ans-0-{'ab' * 16}"}}
+        secret_holder = ["kept", "ans-0-{'ab' * 16}"]  # a list: always tracked by the gc
         input()
         print(hunt(0, blobs()) or "nothing")
     ''')
