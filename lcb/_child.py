@@ -76,7 +76,7 @@ _STATUS_FD = 3
 _libc = ctypes.CDLL(None, use_errno=True)
 _LANDLOCK_ABI = _landlock.abi_version()
 _real_os_open = os.open
-INPUT_FILE, STDOUT_FILE, STDERR_FILE, RESULT_FILE = "in.txt", "stdout.txt", "stderr.txt", "result.json"
+STDOUT_FILE, STDERR_FILE, RESULT_FILE = "stdout-{}.txt", "stderr-{}.txt", "result-{}.json"  # per test index
 
 
 def _clip(text: str, limit: int = 300) -> str:
@@ -179,16 +179,16 @@ def reliability_guard(folder: str) -> None:
 # ---------------------------------------------------------------- test process side
 
 
-def _enter_test_process(job: dict, status_w: int, stdin: str, stdout: str, stderr: str) -> None:
-    """Runs first in every forked test process: own group, stdio, limits, confinement."""
+def _enter_test_process(job: dict, status_w: int, stdin: int, stdout: str, stderr: str) -> None:
+    """Runs first in every forked test process: own group, stdio, limits, confinement.
+    ``stdin``: the descriptor of this test's input (a memfd the harness filled)."""
     os.setpgid(0, 0)
     _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     if os.getppid() != job["zygote_pid"]:  # the zygote died between fork and prctl
         os._exit(137)
-    for target, path, flags in ((0, stdin, os.O_RDONLY),
-                                (1, stdout, os.O_WRONLY | os.O_CREAT | os.O_TRUNC),
-                                (2, stderr, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)):
-        fd = os.open(path, flags, 0o600)
+    os.dup2(stdin, 0)
+    for target, path in ((1, stdout), (2, stderr)):
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         os.dup2(fd, target)
         os.close(fd)
     os.dup2(status_w, _STATUS_FD)
@@ -258,12 +258,13 @@ def _fresh_module(name: str, path: str | None) -> dict:
     return namespace
 
 
-def _script_process(job: dict, code, status_w: int) -> None:
+def _script_process(job: dict, code, status_w: int, index: int, input_fd: int) -> None:
     """Run the program as ``python main.py`` would, with the prelude first. Never returns."""
     exit_code = 0
     graded = job["mode"] != "exec"
     try:
-        _enter_test_process(job, status_w, INPUT_FILE, STDOUT_FILE, os.devnull if graded else STDERR_FILE)
+        _enter_test_process(job, status_w, input_fd, STDOUT_FILE.format(index),
+                            os.devnull if graded else STDERR_FILE.format(index))
         if job["guard"]:
             reliability_guard(job["folder"])
         namespace = _fresh_module("__main__", job["main_path"])
@@ -283,12 +284,15 @@ def _script_process(job: dict, code, status_w: int) -> None:
     _finish_like_python(exit_code)
 
 
-def _functional_process(job: dict, code, status_w: int) -> None:
+def _functional_process(job: dict, code, status_w: int, index: int, input_fd: int) -> None:
     """Call the method on this test's arguments and leave the encoded return value behind."""
     try:
-        _enter_test_process(job, status_w, os.devnull, os.devnull, os.devnull)
-        with open(INPUT_FILE, encoding="utf-8") as fh:
+        _enter_test_process(job, status_w, input_fd, os.devnull, os.devnull)
+        with open(0, encoding="utf-8", closefd=False) as fh:
             args = [json.loads(line) for line in fh.read().split("\n")]
+        quiet = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(quiet, 0)
+        os.close(quiet)
         if job["guard"]:
             reliability_guard(job["folder"])
         namespace = _fresh_module("solution", None)
@@ -312,7 +316,7 @@ def _functional_process(job: dict, code, status_w: int) -> None:
         _report({"exc": type(exc).__name__, "msg": _clip(str(exc))})
         os._exit(1)
     try:
-        fd = _real_os_open(RESULT_FILE, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        fd = _real_os_open(RESULT_FILE.format(index), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         view = memoryview(encoded)
         while view:
             view = view[os.write(fd, view):]
@@ -408,11 +412,14 @@ class _Watched:
         except (AttributeError, OSError):
             self.pidfd = None
 
-    def wait(self, deadline: float, cpu_limit: float | None = None) -> str:
-        """'exit', 'timeout' (wall clock) or 'cpu' (CPU time over ``cpu_limit``). Does not reap,
-        so the pid stays ours to kill. The CPU clock is polled: RLIMIT_CPU alone fires early on
-        some (virtualized) kernels, before the process's own CPU clock reaches the limit."""
+    def wait(self, deadline: float, cpu_limit: float | None = None,
+             commands: socket.socket | None = None) -> str:
+        """'exit', 'timeout' (wall clock), 'cpu' (CPU time over ``cpu_limit``) or 'stopped'
+        (the harness hung up: it needs no more results). Does not reap, so the pid stays ours
+        to kill. The CPU clock is polled: RLIMIT_CPU alone fires early on some (virtualized)
+        kernels, before the process's own CPU clock reaches the limit."""
         clock = _cpu_clock(self.pid) if cpu_limit is not None else None
+        watch_hangup = commands is not None
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -420,9 +427,19 @@ class _Watched:
             step = remaining if self.pidfd is not None else min(remaining, 0.002)
             if clock is not None:
                 step = min(step, _CPU_POLL_S)
-            ready, _, _ = select.select([self.pidfd] if self.pidfd is not None else [], [], [], step)
+            fds = ([self.pidfd] if self.pidfd is not None else []) + ([commands] if watch_hangup else [])
+            ready, _, _ = select.select(fds, [], [], step)
+            if watch_hangup and commands in ready:
+                try:
+                    if not commands.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT):
+                        return "stopped"
+                except BlockingIOError:
+                    pass
+                except OSError:
+                    return "stopped"
+                watch_hangup = False  # a queued command, not a hangup: stop watching this round
             if self.pidfd is not None:
-                if ready:
+                if self.pidfd in ready:
                     return "exit"
             elif os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
                 return "exit"
@@ -474,21 +491,23 @@ def _status_info(data: bytes) -> dict:
     return {k: _clip(v) if isinstance(v, str) else v for k, v in info.items()}
 
 
-def run_test(job: dict, code) -> dict:
-    """Fork one test process and report how it ended (never the verdict)."""
+def run_test(job: dict, code, index: int, input_fd: int, commands: socket.socket) -> dict:
+    """Fork one test process and report how it ended (never the verdict). The input arrives
+    as a descriptor that only the test process reads: the zygote never holds its content."""
     status_r, status_w = os.pipe()
     began = time.monotonic()
     pid = os.fork()
     if pid == 0:
         os.close(status_r)
-        _PROCESSES[job["mode"]](job, code, status_w)
+        _PROCESSES[job["mode"]](job, code, status_w, index, input_fd)
         os._exit(1)  # not reached
     os.close(status_w)
+    os.close(input_fd)
     watched = _Watched(pid)
-    state = watched.wait(began + job["wall_limit_s"], job["cpu_limit_s"])
+    state = watched.wait(began + job["wall_limit_s"], job["cpu_limit_s"], commands)
     status, usage = watched.finish(kill=state != "exit")
     wall = time.monotonic() - began
-    report = {"state": state, "wall_s": round(wall, 6),
+    report = {"index": index, "state": state, "wall_s": round(wall, 6),
               "cpu_s": round(usage.ru_utime + usage.ru_stime, 6),
               "info": _status_info(_read_all(status_r))}
     if os.WIFSIGNALED(status):
@@ -540,22 +559,20 @@ def _warm_numpy() -> None:
         pass
 
 
-def _commands(fd: int):
-    """Lines the harness sends; ends at EOF (the harness is done or gone)."""
-    pending = b""
+def _commands(commands: socket.socket):
+    """(command, descriptors) messages from the harness; ends at EOF (the harness is done or gone)."""
     while True:
         try:
-            chunk = os.read(fd, 4096)
+            message, fds, _flags, _addr = socket.recv_fds(commands, 256, 1)
         except OSError:
             return
-        if not chunk:
+        if not message:
             return
-        *lines, pending = (pending + chunk).split(b"\n")
-        yield from (line.decode() for line in lines)
+        yield message.decode(errors="replace"), fds
 
 
 def run_job(job_path: str, commands_fd: int, emit: _Emitter) -> None:
-    """The zygote: one program; one test process per "run" command."""
+    """The zygote: one program; one test process per "run INDEX" command (with its input)."""
     emit("started", pid=os.getpid(), landlock=_LANDLOCK_ABI)
     with open(job_path, encoding="utf-8") as fh:
         job = json.load(fh)
@@ -580,10 +597,18 @@ def run_job(job_path: str, commands_fd: int, emit: _Emitter) -> None:
         _warm_numpy()
     gc.freeze()  # test processes inherit these objects; a collection there must not touch (copy) them
     emit("ready", wrapped=wrapped)
-    for command in _commands(commands_fd):
-        if command == "run":
-            emit("ran", **run_test(job, code))
+    commands = socket.socket(fileno=commands_fd)
+    for command, fds in _commands(commands):
+        name, _, argument = command.partition(" ")
+        if name == "run" and argument.isdigit() and len(fds) == 1:
+            report = run_test(job, code, int(argument), fds[0], commands)
+            if report["state"] == "stopped":
+                break
+            emit("ran", **report)
             kill_all_descendants()
+        else:
+            for fd in fds:
+                os.close(fd)
     kill_all_descendants()
     emit("done")
 

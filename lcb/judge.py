@@ -22,7 +22,7 @@ from typing import Any
 
 from lcb import _returns, compare
 
-INPUT_FILE, STDOUT_FILE, STDERR_FILE, RESULT_FILE = "in.txt", "stdout.txt", "stderr.txt", "result.json"
+STDOUT_FILE, STDERR_FILE, RESULT_FILE = "stdout-{}.txt", "stderr-{}.txt", "result-{}.json"  # per test index
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,7 +128,7 @@ def _base(index: int, ran: Ran) -> dict[str, Any]:
 def judge_stdin(index: int, ran: Ran, expected: str, folder: str, limits: Limits) -> dict[str, Any]:
     event = _base(index, ran)
     late = _time_limit(ran, limits, ran.cpu_s)
-    stdout = os.path.join(folder, STDOUT_FILE)
+    stdout = os.path.join(folder, STDOUT_FILE.format(index))
     if late:
         return {**event, "outcome": "time_limit", "detail": late}
     if _size(stdout) >= limits.output_limit_bytes:
@@ -155,7 +155,7 @@ def judge_functional(index: int, ran: Ran, expected: str, folder: str, limits: L
     if not ran.clean_exit or "returned" not in ran.info:
         outcome, detail = _death(ran) if not ran.clean_exit else ("runtime_error", "no return value reported")
         return {**event, "outcome": outcome, "detail": detail}
-    raw, cut = read_head(os.path.join(folder, RESULT_FILE), limits.output_limit_bytes)
+    raw, cut = read_head(os.path.join(folder, RESULT_FILE.format(index)), limits.output_limit_bytes)
     if cut:
         return {**event, "outcome": "wrong_answer", "detail": "the return value is over the size limit"}
     try:
@@ -170,8 +170,8 @@ def judge_functional(index: int, ran: Ran, expected: str, folder: str, limits: L
 def judge_exec(index: int, ran: Ran, expected: str, folder: str, limits: Limits) -> dict[str, Any]:
     """python_exec: no expected output; capture the streams."""
     del expected
-    out, out_cut = read_head(os.path.join(folder, STDOUT_FILE), limits.capture_bytes)
-    err, err_cut = read_head(os.path.join(folder, STDERR_FILE), limits.capture_bytes)
+    out, out_cut = read_head(os.path.join(folder, STDOUT_FILE.format(index)), limits.capture_bytes)
+    err, err_cut = read_head(os.path.join(folder, STDERR_FILE.format(index)), limits.capture_bytes)
     timed_out = ran.state != "exit" or ran.signal == signal.SIGXCPU
     if ran.state != "exit":
         exit_code = -signal.SIGKILL
@@ -179,7 +179,7 @@ def judge_exec(index: int, ran: Ran, expected: str, folder: str, limits: Limits)
         exit_code = -ran.signal
     else:
         exit_code = ran.exit_code if ran.exit_code is not None else -1
-    sizes = [_size(os.path.join(folder, name)) for name in (STDOUT_FILE, STDERR_FILE)]
+    sizes = [_size(os.path.join(folder, name.format(index))) for name in (STDOUT_FILE, STDERR_FILE)]
     truncated = out_cut or err_cut or any(size >= limits.output_limit_bytes for size in sizes)
     return {"event": "exec", "stdout": out.decode("utf-8", errors="replace"),
             "stderr": err.decode("utf-8", errors="replace"), "exit_code": exit_code, "timed_out": timed_out,

@@ -2,8 +2,9 @@
 
 What a child gets (see lcb/_child.py for the child side):
 
-* only what one test needs: the program, its limits and (written into its folder just before
-  that test runs) that test's input; never an expected output or another test's input. The
+* only what one test needs: the program, its limits and that test's input (an anonymous memory
+  file whose descriptor only that test's process reads); never an expected output or another
+  test's input. The
   harness keeps the expected outputs and judges each test after its process has exited
   (lcb/judge.py), so nothing a program can reach holds an answer;
 * a fresh temporary working folder, removed afterwards;
@@ -339,18 +340,26 @@ class _EventStream:
             self._pidfd = None
 
 
-def _write_input(folder: str, text: str) -> None:
-    """This test's input, and nothing else, where the test process will look for it."""
-    path = os.path.join(folder, judge.INPUT_FILE)
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(path)  # a program may have left a link or a read-only file in its place
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
-        fh.write(text)
+_AHEAD = 2  # tests queued at the zygote, so it starts the next one while we judge the last
 
 
-def _drive(job: SandboxJob, folder: str, stream: _EventStream, commands_w: int) -> list[dict[str, Any]]:
-    """Run the tests one by one: input in, "run", wait for the report, judge it here."""
+def _send_test(commands: socket.socket, index: int, text: str) -> None:
+    """Queue one test: its input in an anonymous memory file, handed over as a descriptor.
+    Only the test process reads it; it is in no folder another program could look into."""
+    fd = os.memfd_create(f"lcb-input-{index}", os.MFD_CLOEXEC)
+    try:
+        data = memoryview(text.encode("utf-8"))
+        while data:
+            data = data[os.write(fd, data):]
+        os.lseek(fd, 0, os.SEEK_SET)
+        socket.send_fds(commands, [f"run {index}".encode()], [fd])
+    finally:
+        os.close(fd)
+
+
+def _drive(job: SandboxJob, folder: str, stream: _EventStream, commands: socket.socket) -> list[dict[str, Any]]:
+    """Run the tests in order and judge each report here, as it comes; stop after a time or
+    memory limit (hanging up makes the zygote kill the test it is running and leave)."""
     verdicts: list[dict[str, Any]] = []
     judge_test = judge.JUDGES[job.mode]
     try:
@@ -359,11 +368,14 @@ def _drive(job: SandboxJob, folder: str, stream: _EventStream, commands_w: int) 
                 return verdicts
         if event is None:
             return verdicts
-        for index, (given, expected) in enumerate(job.tests):
-            _write_input(folder, given)
-            os.write(commands_w, b"run\n")
+        sent = 0
+        while sent < min(_AHEAD, len(job.tests)):
+            _send_test(commands, sent, job.tests[sent][0])
+            sent += 1
+        for index, (_given, expected) in enumerate(job.tests):
             until = time.monotonic() + job.wall_s + 5.0
-            while (event := stream.next_event(until)) is not None and event.get("event") != "ran":
+            while (event := stream.next_event(until)) is not None and not (
+                    event.get("event") == "ran" and event.get("index") == index):
                 pass
             if event is None:  # the zygote died, hung or missed its own backstop
                 if not stream.closed and not stream.backstop_hit:
@@ -372,10 +384,13 @@ def _drive(job: SandboxJob, folder: str, stream: _EventStream, commands_w: int) 
             verdicts.append(judge_test(index, judge.Ran.from_event(event), expected, folder, job.limits))
             if verdicts[-1].get("outcome") in judge.STOPPING:
                 break
-    except (BrokenPipeError, FileNotFoundError):
+            if sent < len(job.tests):
+                _send_test(commands, sent, job.tests[sent][0])
+                sent += 1
+    except OSError:
         return verdicts  # the zygote is gone (its events say why)
     finally:
-        os.close(commands_w)  # EOF: the zygote kills what is left, says "done" and exits
+        commands.close()  # EOF: the zygote kills what is left, says "done" and exits
         while stream.next_event() is not None:
             pass
     return verdicts
@@ -383,18 +398,18 @@ def _drive(job: SandboxJob, folder: str, stream: _EventStream, commands_w: int) 
 
 def _run_via_server(job_path: str, job: SandboxJob, folder: str, deadline: float):
     result_r, result_w = os.pipe()
-    commands_r, commands_w = os.pipe()
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     try:
-        _SERVER.submit(job_path, [result_w, commands_r])
+        _SERVER.submit(job_path, [result_w, theirs.fileno()])
     except BaseException:
-        os.close(commands_w)
+        ours.close()
         raise
     finally:
         os.close(result_w)
-        os.close(commands_r)
+        theirs.close()
     stream = _EventStream(result_r, deadline)
     try:
-        verdicts = _drive(job, folder, stream, commands_w)
+        verdicts = _drive(job, folder, stream, ours)
         return stream.events + verdicts, stream.backstop_hit
     finally:
         stream.close()
@@ -403,24 +418,24 @@ def _run_via_server(job_path: str, job: SandboxJob, folder: str, deadline: float
 
 def _run_one_shot(job_path: str, job: SandboxJob, folder: str, deadline: float):
     """Fallback without the fork server: one fresh interpreter as the zygote."""
-    commands_r, commands_w = os.pipe()
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     try:
         proc = subprocess.Popen(
-            [sys.executable, "-s", CHILD_SCRIPT, "--job", job_path, "--commands", str(commands_r)],
-            cwd=folder, env=scrubbed_env(), pass_fds=[commands_r],
+            [sys.executable, "-s", CHILD_SCRIPT, "--job", job_path, "--commands", str(theirs.fileno())],
+            cwd=folder, env=scrubbed_env(), pass_fds=[theirs.fileno()],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
             start_new_session=True,
         )
     except BaseException:
-        os.close(commands_w)
+        ours.close()
         raise
     finally:
-        os.close(commands_r)
+        theirs.close()
     stream = _EventStream(proc.stdout.fileno(), deadline)
     stream.events.append({"event": "started", "pid": proc.pid})
     stream._watch(proc.pid)
     try:
-        verdicts = _drive(job, folder, stream, commands_w)
+        verdicts = _drive(job, folder, stream, ours)
         return stream.events + verdicts, stream.backstop_hit
     finally:
         stream.close()
