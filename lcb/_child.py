@@ -13,12 +13,13 @@ Process tree (all single-threaded, so forking is safe)::
 
 What each process knows: the server only job paths; the zygote the program, its limits and its
 folder (the job file holds nothing else); a test process additionally its own test's input,
-which the harness writes into the folder just before asking the zygote to run that test. No
-process here ever holds an expected output or another test's input: the harness compares what a
-test process left behind (stdout, or its encoded return value) after it has exited.
+which the harness puts in an anonymous memory file and hands over as a descriptor with the "run"
+command; the zygote passes it on unread. No process here ever holds an expected output or
+another test's input: the harness compares what a test process left behind (stdout, or its
+encoded return value) after it has exited.
 
 The zygote sets the rlimits and Landlock write rules, compiles the program once, then forks one
-test process per "run" command. A test process confines its reads (Landlock), scopes its
+test process per "run INDEX" command. A test process confines its reads (Landlock), scopes its
 signals, applies the reliability guard and runs. The zygote enforces the wall-clock backstop,
 kills the test's process group, measures its CPU time, and as a child subreaper kills any
 descendant that tried to escape. It reports facts ("ran": how it ended, CPU and wall time, what
