@@ -363,15 +363,15 @@ def _drive(job: SandboxJob, folder: str, stream: _EventStream, commands: socket.
     verdicts: list[dict[str, Any]] = []
     judge_test = judge.JUDGES[job.mode]
     try:
+        sent = 0
+        while sent < min(_AHEAD, len(job.tests)):  # queued before the zygote is even ready
+            _send_test(commands, sent, job.tests[sent][0])
+            sent += 1
         while (event := stream.next_event()) is not None and event.get("event") != "ready":
             if event.get("event") in ("compile_error", "done", "error"):
                 return verdicts
         if event is None:
             return verdicts
-        sent = 0
-        while sent < min(_AHEAD, len(job.tests)):
-            _send_test(commands, sent, job.tests[sent][0])
-            sent += 1
         for index, (_given, expected) in enumerate(job.tests):
             until = time.monotonic() + job.wall_s + 5.0
             while (event := stream.next_event(until)) is not None and not (
