@@ -128,12 +128,20 @@ def _load_items(limit: int | None) -> list[tuple[Problem, str]]:
 
 def _worker(args) -> int:
     """Grade the items with whatever grader is first on the path; print verdicts and timing."""
+    import resource
+
+    from lcb import sandbox
+
     items = _load_items(args.limit)
     ours(*items[0], args.timeout)  # fork server up outside the timed region
+    before = resource.getrusage(resource.RUSAGE_SELF)
     results, times, wall = _timed(ours, items, args.workers, args.timeout)
+    sandbox._SERVER.close()  # reaped: the server's and its children's CPU time count as ours now
+    after = [resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
+    cpu = sum(u.ru_utime + u.ru_stime for u in after) - (before.ru_utime + before.ru_stime)
     tests = [len(p.public_tests) for p, _ in items]
     print(json.dumps({"tests": sum(tests), "wall_s": wall, "tests_per_s": sum(tests) / wall, "verdicts": results,
-                      "times": times, "tests_per_program": tests}))
+                      "times": times, "tests_per_program": tests, "cpu_s": cpu}))
     return 0
 
 
@@ -181,7 +189,13 @@ def _against(args) -> int:
             per_test[name].append(sum(counts[i] for i in keep) / sum(run["times"][i] for i in keep))
     new_fast = sorted(per_test["new"])[len(rounds) // 2]
     old_fast = sorted(per_test["old"])[len(rounds) // 2]
+    # CPU seconds of harness, server, zygotes and programs together: what grading costs the
+    # machine, much less sensitive than wall time to what else the machine is doing.
+    new_cpu = sorted(r[0]["tests"] / r[0]["cpu_s"] for r in rounds)[len(rounds) // 2]
+    old_cpu = sorted(r[1]["tests"] / r[1]["cpu_s"] for r in rounds)[len(rounds) // 2]
     report = {"tests": rounds[0][0]["tests"], "rounds": args.rounds, "workers": args.workers,
+              "new_tests_per_cpu_s": round(new_cpu, 1), f"{args.against}_tests_per_cpu_s": round(old_cpu, 1),
+              "ratio_new_over_old_cpu": round(new_cpu / old_cpu, 3),
               "new_tests_per_s": round(new, 1), f"{args.against}_tests_per_s": round(old, 1),
               "ratio_new_over_old": round(new / old, 3),
               "programs_excluded_as_slow_or_limit_bound": len(bound),
