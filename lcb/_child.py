@@ -639,7 +639,7 @@ def serve(sock_fd: int) -> None:
     gc.freeze()  # the warm modules: forked children's collections skip them (fewer page copies)
     _libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     sock = socket.socket(fileno=sock_fd)
-    zygotes: set[int] = set()
+    zygotes: dict[int, str] = {}  # pid -> the job's folder
     while True:
         ready, _, _ = select.select([sock], [], [], 1.0)
         if ready:
@@ -667,7 +667,7 @@ def serve(sock_fd: int) -> None:
                 pass
             os.close(fds[0])
             os.close(fds[1])
-            zygotes.add(pid)
+            zygotes[pid] = os.path.dirname(message.decode())
         _reap(zygotes)
     for pid in zygotes:
         try:
@@ -675,15 +675,18 @@ def serve(sock_fd: int) -> None:
         except OSError:
             pass
     kill_all_descendants()
+    for folder in zygotes.values():  # the harness died mid-job: nobody else will remove these
+        if os.path.basename(folder).startswith("lcb-sbx-"):
+            shutil.rmtree(folder, ignore_errors=True)
 
 
-def _reap(zygotes: set[int]) -> None:
+def _reap(zygotes: dict[int, str]) -> None:
     try:
         while True:
             pid, _status = os.waitpid(-1, os.WNOHANG)
             if pid == 0:
                 break
-            zygotes.discard(pid)
+            zygotes.pop(pid, None)
     except ChildProcessError:
         return
     # Children that are not zygotes are orphans of a dead zygote's tests: kill them.

@@ -148,3 +148,38 @@ def test_recursion_depth_ten_to_the_fifth():
 
 def test_huge_integer_output():
     assert run("print(10**100000)\n", expected="1" + "0" * 100000, timeout_s=6.0).solved
+
+
+def test_killed_harness_leaves_no_folder_and_no_process(tmp_path):
+    """SIGKILL the harness in the middle of a job: the fork server notices, kills the job and
+    removes its folder."""
+    import signal
+    import subprocess
+    import sys
+
+    marker = f"lcb-orphan-{uuid.uuid4().hex}"
+    script = tmp_path / "harness.py"
+    script.write_text(
+        "from lcb.grading import grade\nfrom lcb.problem import Problem, TestCase, TestKind\n"
+        "p = Problem('x', 't', 's', 'atcoder', 'easy', '', '', None, (), (TestCase('', '', TestKind.STDIN),))\n"
+        f"grade(p, '# {marker}\\nimport time\\ntime.sleep(60)\\n', timeout_s=30.0)\n")
+    harness = subprocess.Popen([sys.executable, str(script)], cwd=os.getcwd())
+    try:
+        deadline, folder = time.monotonic() + 30, None
+        while time.monotonic() < deadline and folder is None:
+            for candidate in os.listdir("/tmp"):
+                path = os.path.join("/tmp", candidate)
+                try:
+                    if candidate.startswith("lcb-sbx-") and marker in open(os.path.join(path, "main.py")).read():
+                        folder = path
+                except OSError:
+                    pass
+            time.sleep(0.05)
+        assert folder, "the job never started"
+    finally:
+        harness.send_signal(signal.SIGKILL)
+        harness.wait()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and (os.path.exists(folder) or processes_with(marker)):
+        time.sleep(0.1)
+    assert not os.path.exists(folder) and not processes_with(marker)
