@@ -15,6 +15,7 @@ Only the public grading API is used, so the same file runs against older version
 
 from __future__ import annotations
 
+import os
 import secrets
 import textwrap
 
@@ -402,3 +403,17 @@ def test_output_replaced_by_a_link_does_not_make_the_harness_read_for_the_progra
                       (TestCase("", "x", Kind.STDIN),), ())
     verdict = grade(problem, code, tests="public")  # public: the feedback previews the output
     assert "got:" in verdict.feedback and "harness-secret" not in verdict.feedback
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="as another user, Yama and dumpability decide; as root the reach is certain")
+@pytest.mark.xfail(strict=True, reason="documented limit: on kernels without Landlock a program running as the "
+                                        "harness's user can read the harness's memory through /proc/<pid>/mem")
+def test_without_landlock_the_harness_memory_is_within_reach():
+    from lcb.sandbox import SandboxJob, run_in_sandbox
+
+    answers = _answers()
+    problem = stdin_problem(answers)
+    job = SandboxJob("stdin", stdin_program(SOURCES["parent_memory"]),
+                     tuple((c.input, c.output) for c in problem.private_tests), timeout_s=TIMEOUT_S, landlock=False)
+    outcomes = [e["outcome"] for e in run_in_sandbox(job).of_kind("test")]
+    assert "passed" not in outcomes
