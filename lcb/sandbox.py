@@ -21,7 +21,8 @@ What a child gets (see lcb/_child.py for the child side):
 
 Known limits (documented, not hidden): without Landlock, files stay readable and a same-user
 process can read other processes' memory and environment through /proc (the harness's
-included); RLIMIT_NPROC does not bind root, where the guard and the group kills are what stops
+included, so the expected outputs too: tests/lcb/test_answer_peeking.py shows it) and take
+descriptors from its zygote (pidfd_getfd: the next queued test's input); RLIMIT_NPROC does not bind root, where the guard and the group kills are what stops
 a fork bomb; UDP is not covered by Landlock.
 
 Speed: one long-lived fork server per harness process has the interpreter started and the
