@@ -185,7 +185,8 @@ def build_wandb_report(data: Any, *, project: str, entity: str | None) -> str:
              "grouped by grid cell."),
         wr.H2("Learning curves"),
         wr.PanelGrid(runsets=runsets, panels=[
-            wr.LinePlot(x="budget/charged", y=["curve/best_score"], title="best score vs charged rollouts"),
+            wr.LinePlot(x="budget/charged", y=["curve/incumbent_score"],
+                        title="committed incumbent's score vs charged rollouts"),
             wr.LinePlot(x="budget/charged", y=["score/running_mean"], title="running mean rollout score"),
         ]),
         wr.H2("Δpp, cost and fallbacks"),

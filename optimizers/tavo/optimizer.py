@@ -156,6 +156,7 @@ class _Run:
         if base is None:
             return self._result(self.seed, None, "rollout_budget_spent")
         best, best_score = self.seed, base
+        self.ctx.commit_incumbent(best, best_score)
         self._note({"event": "seed_validation", "candidate_id": self.seed.id, "val_score": base})
         current = self.seed
         misses = 0
@@ -178,6 +179,7 @@ class _Run:
                 current = candidate  # the train chain always advances
                 if accept:
                     best, best_score = candidate, float(val_score)  # type: ignore[arg-type]
+                self.ctx.commit_incumbent(best, best_score)
                 self._note({"event": "attempt", "round": round_number, "attempt": attempt,
                             "candidate_id": candidate.id, "train_score": train_score, "val_score": val_score,
                             "adopted": accept, "best_id": best.id, "best_val_score": best_score, **details})

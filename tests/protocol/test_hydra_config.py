@@ -224,6 +224,8 @@ def test_a_model_reply_cap_bounds_every_phase_of_that_model() -> None:
     assert smaller.eval_decoding.max_tokens == 300  # a cap never raises an explicit choice
     other_reflector = compose_job(["method=identity", "topology=single", "seed=0", "model=local",
                                    "reflection.id=org/big-model"])
-    assert other_reflector.reflection_decoding.max_tokens == 8192  # the cap is the task model's
+    assert other_reflector.reflection_decoding.max_tokens == 48000  # the cap is the task model's
     qwen = compose_job(["method=identity", "topology=single", "seed=0"])
-    assert qwen.eval_decoding.max_tokens == 8192
+    # The reference's per-phase limits (spec 1.7) for a served model.
+    assert (qwen.optimize_decoding.max_tokens, qwen.eval_decoding.max_tokens,
+            qwen.reflection_decoding.max_tokens) == (32768, 32768, 48000)
