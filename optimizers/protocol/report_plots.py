@@ -261,3 +261,10 @@ PANELS: dict[str, Panel] = {
         "Share of jobs whose validation kept the seed prompts, split by the recorded reason.",
         fallback_rate),
 }
+
+
+# The trust panels (cost Pareto front, optimism gap, truncation) live in their own module, which
+# builds on the helpers above; imported last so that module can import this one.
+from optimizers.protocol.report_trust import TRUST_PANELS  # noqa: E402
+
+PANELS.update(TRUST_PANELS)
