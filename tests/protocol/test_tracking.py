@@ -247,6 +247,8 @@ def test_a_real_job_gets_curves_tables_and_artifact(tmp_path: Path) -> None:
     assert any(a["type"] == "prompts" for a in run.artifacts)
     assert run.summary["test/delta_pp"] == result["test"]["delta_pp"]
     assert run.summary["budget/charged"] == charged
+    # Truncation per phase and role reaches W&B (the scripted model never cuts a reply).
+    assert run.summary["truncation/test/all"] == 0.0 and run.summary["truncation/optimize/solver"] == 0.0
 
 
 def test_reflection_calls_reach_wandb_as_they_are_journaled(tmp_path: Path) -> None:
