@@ -141,53 +141,50 @@ def html_sections(data: ReportData) -> list[str]:
 # --------------------------------------------------------------------------- panels
 
 
-def optimism_panel(data: ReportData) -> Any:
-    rows = [r for r in method_rows(cell_rows(data)) if r["optimism_gap_pp"] is not None]
-    if not rows:
-        return _empty("no job reports an optimism gap yet")
+def _grouped_bars(labels: Sequence[str], series: dict[str, list[float]], *, ylabel: str, title: str) -> Any:
+    """One group of bars per label, one bar per series (legend)."""
     plt = _pyplot()
-    labels = [f"{r['method']} ({r['selection']})" for r in rows]
-    figure, axes = plt.subplots(figsize=(max(5.0, 1.1 * len(rows) + 3), 3.6))
-    positions = range(len(rows))
-    axes.bar([p - 0.2 for p in positions], [r["optimism_gap_pp"] for r in rows], width=0.4, label="optimism gap")
-    axes.bar([p + 0.2 for p in positions], [r["excess_optimism_pp"] or 0.0 for r in rows], width=0.4,
-             label="excess over the seed's gap")
+    figure, axes = plt.subplots(figsize=(max(5.0, 1.2 * len(labels) + 3), 3.6))
+    width = 0.8 / max(1, len(series))
+    for index, (name, values) in enumerate(series.items()):
+        offset = (index - (len(series) - 1) / 2) * width
+        axes.bar([i + offset for i in range(len(labels))], values, width=width, label=name)
     axes.axhline(0.0, color="black", linewidth=0.6)
-    axes.set_xticks(list(positions), labels, rotation=20, ha="right", fontsize=8)
-    axes.set_ylabel("pp (search rows − selection rows)")
-    axes.set_title("optimism gap of the incumbent, per method", fontsize=10)
+    axes.set_xticks(range(len(labels)), labels, rotation=20, ha="right", fontsize=8)
+    axes.set_ylabel(ylabel)
+    axes.set_title(title, fontsize=10)
     axes.legend(fontsize=8)
     axes.grid(alpha=0.3, axis="y")
     figure.tight_layout()
     return figure
 
 
+def optimism_panel(data: ReportData) -> Any:
+    rows = [r for r in method_rows(cell_rows(data)) if r["optimism_gap_pp"] is not None]
+    if not rows:
+        return _empty("no job reports an optimism gap yet")
+    return _grouped_bars(
+        [f"{r['method']} ({r['selection']})" for r in rows],
+        {"optimism gap": [r["optimism_gap_pp"] for r in rows],
+         "excess over the seed's gap": [r["excess_optimism_pp"] or 0.0 for r in rows]},
+        ylabel="pp (search rows − selection rows)", title="optimism gap of the incumbent, per method")
+
+
 def truncation_panel(data: ReportData) -> Any:
-    rows = cell_rows(data)
+    phases = (*trust.PHASES, "reflection")
     by_method: dict[str, dict[str, list[int]]] = defaultdict(lambda: defaultdict(lambda: [0, 0]))
-    for row in rows:
-        for phase in (*trust.PHASES, "reflection"):
+    for row in cell_rows(data):
+        for phase in phases:
             cut = row["truncation"][phase]
             by_method[row["method"]][phase][0] += cut["replies"]
             by_method[row["method"]][phase][1] += cut["truncated"]
     if not any(n for per in by_method.values() for n, _ in per.values()):
         return _empty("no job reports reply truncation yet")
-    plt = _pyplot()
     methods = list(by_method)
-    phases = (*trust.PHASES, "reflection")
-    figure, axes = plt.subplots(figsize=(max(5.0, 1.2 * len(methods) + 3), 3.6))
-    width = 0.8 / len(phases)
-    for index, phase in enumerate(phases):
-        rates = [100.0 * by_method[m][phase][1] / by_method[m][phase][0] if by_method[m][phase][0] else 0.0
-                 for m in methods]
-        axes.bar([i + (index - 1.5) * width for i in range(len(methods))], rates, width=width, label=phase)
-    axes.set_xticks(range(len(methods)), methods, fontsize=8)
-    axes.set_ylabel("% of replies cut at the token limit")
-    axes.set_title("truncated replies per method and phase", fontsize=10)
-    axes.legend(fontsize=8)
-    axes.grid(alpha=0.3, axis="y")
-    figure.tight_layout()
-    return figure
+    series = {phase: [100.0 * by_method[m][phase][1] / by_method[m][phase][0] if by_method[m][phase][0] else 0.0
+                      for m in methods] for phase in phases}
+    return _grouped_bars(methods, series, ylabel="% of replies cut at the token limit",
+                         title="truncated replies per method and phase")
 
 
 def pareto_panel(data: ReportData) -> Any:
