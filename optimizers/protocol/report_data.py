@@ -28,7 +28,7 @@ class JobView:
 
     folder: Path
     result: aggregate.JobResult
-    curve: tuple[tuple[int, float], ...]  # (charged rollouts, best score so far)
+    curve: tuple[tuple[int, float], ...]  # (charged rollouts, committed incumbent's score)
     optimize_tokens: int  # task + reflection model tokens spent while optimizing
     optimize_seconds: float | None
     difficulty: Mapping[str, str]  # test problem id -> easy/medium/hard/unknown

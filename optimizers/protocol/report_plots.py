@@ -246,7 +246,7 @@ PANELS: dict[str, Panel] = {
         delta_heatmap),
     "learning_curves": Panel(
         "Learning curves",
-        "Best candidate's mean score over its charged rollouts, against charged rollouts, one line per job.",
+        "The committed incumbent's score (as its method judged it) against charged rollouts, one line per job.",
         learning_curves),
     "cost_vs_gain": Panel(
         "Cost vs gain",
