@@ -114,7 +114,7 @@ def learning_curves(data: ReportData) -> Any:
                           label=cell.method if job_index == 0 else None)
         axes.set_title(f"{runtime} / {model}", fontsize=10)
         axes.set_xlabel("charged rollouts")
-        axes.set_ylabel("best mean score so far")
+        axes.set_ylabel("committed incumbent score")
         axes.set_ylim(-0.02, 1.02)
         axes.grid(alpha=0.3)
         axes.legend(fontsize=8, loc="lower right")
