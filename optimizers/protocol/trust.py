@@ -223,5 +223,7 @@ def power_table(family: str, *, problems: int, seeds: int, discordance: float | 
     """The MDE of every Holm family of the grid's design (restricted to ``models`` when given)."""
     source = "observed" if discordance is not None else "assumed"
     psi = DEFAULT_DISCORDANCE if discordance is None else discordance
+    # Results of models outside the grid (e.g. the embedded model) get the whole grid's design.
+    families = design_families(family, models) or design_families(family)
     return [PowerDesign(name, count, seeds, problems, alpha, power, psi, source).as_dict()
-            for name, count in sorted(design_families(family, models).items())]
+            for name, count in sorted(families.items())]
