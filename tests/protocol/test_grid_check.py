@@ -19,7 +19,7 @@ def _loadable(method: str) -> bool:
     return True
 
 
-def test_every_shipped_grid_job_can_start_and_unloadable_methods_are_named(capsys) -> None:
+def test_every_shipped_grid_job_can_start_and_unloadable_methods_are_named() -> None:
     checked, failures = grid.check_grid()
     assert checked == 396  # the six sweeps together are the grid
     # Every job of a loadable method passes; a failure is only ever an unloadable method ...
@@ -30,9 +30,7 @@ def test_every_shipped_grid_job_can_start_and_unloadable_methods_are_named(capsy
     grid_methods = {c.method for c in grid.cells.grid()}
     assert {m for m in grid_methods if not _loadable(m)} == unloadable
 
-    code = grid.main(["--check"])
-    out = capsys.readouterr().out
-    assert code == (1 if unloadable else 0)
+    out = "\n".join(grid.check_lines(checked, failures))  # what `grid --check` prints
     assert "jobs\t396\tfailed\t0" in out
     for method in unloadable:
         assert f"unloadable\t{method}\t" in out
@@ -57,6 +55,16 @@ def test_a_sweep_with_a_bad_knob_or_an_off_grid_seed_fails_the_check(tmp_path: P
     checked, failures = grid.check_grid([sweep])
     assert checked == 1 and len(failures) == 1
     assert "seed 7 is not a grid seed" in failures[0].reason
+    assert "fail\tlcb_grid\tmethod=gepa topology=centralized seed=7\t" in "\n".join(
+        grid.check_lines(checked, failures))
+
+
+def test_check_cli_exits_nonzero_while_a_job_cannot_start(capsys) -> None:
+    code = grid.main(["--check"])
+    out = capsys.readouterr().out
+    unloadable = [line for line in out.splitlines() if line.startswith("unloadable\t")]
+    assert code == (1 if unloadable else 0)
+    assert out.rstrip().splitlines()[-1 if not unloadable else -2].startswith("jobs\t396\t")
 
 
 def test_available_methods_include_the_grid() -> None:
