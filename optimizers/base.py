@@ -14,7 +14,7 @@ from __future__ import annotations
 import random
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Protocol, runtime_checkable
@@ -119,10 +119,19 @@ class OptimizeContext:
     tracker: Tracker = field(default_factory=NullTracker)
     method_params: Mapping[str, Any] = field(default_factory=dict)
     reflection_decoding: Any | None = None  # a topologies.types.Decoding; None: the method's default
+    # Receives every committed incumbent (candidate, the method's own score of it, charged
+    # rollouts at commit); the job's learning curve listens. None: nobody listens.
+    on_incumbent: Callable[[Candidate, float | None, int], None] | None = None
     rng: random.Random = field(init=False, repr=False)  # seeded by ``seed``; the method's only RNG
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "rng", random.Random(self.seed))
+
+    def commit_incumbent(self, candidate: Candidate, score: float | None, *, charged: int | None = None) -> None:
+        """Report the method's incumbent after a step (what it would return if stopped now) and
+        the score it judged it by. The learning curve plots exactly these commits (spec 1.13)."""
+        if self.on_incumbent is not None:
+            self.on_incumbent(candidate, score, self.budget.charged if charged is None else charged)
 
     def state_path(self, name: str) -> Path:
         if not name or "/" in name or name.startswith("."):
@@ -153,6 +162,10 @@ class Optimizer(ABC):
 
     name: ClassVar[str] = ""
     needs_reflection: ClassVar[bool] = True  # False: the job never builds a reflection client
+    # The implementation's behaviour version: part of every job id of the method. Bump it when a
+    # change can alter what the method proposes or spends, so an interrupted job never resumes
+    # under different code (the job refuses unless --force-resume).
+    version: ClassVar[str] = "1"
 
     @abstractmethod
     async def optimize(

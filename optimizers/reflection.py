@@ -10,7 +10,10 @@
   pickled state and without paying twice for reflection;
 - the request seed is *logical*: derived from (method, job seed, purpose, prompt hash,
   occurrence), so it does not depend on call order or concurrency;
-- a failed call returns ``None`` (methods fall back: keep the current prompt, neutral credit);
+- a failed call returns ``None`` (methods fall back: keep the current prompt, neutral credit).
+  A reply cut at the token limit (``finish_reason == "length"``) is a failed call: its text is
+  journaled for inspection but never handed to the method, so no half-written instruction or
+  JSON can be parsed into a prompt;
   ``max_consecutive_failures`` failures in a row raise ``ReflectionUnavailable`` (the job then
   reports the optimization as infrastructure-invalid instead of searching blind).
 
@@ -33,14 +36,16 @@ from typing import Any
 
 from optimizers.base import OptimizerInfrastructureError
 from optimizers.journal import JsonlJournal, read_jsonl
+from topologies.types import TRUNCATED, finish_reason_of
 
 JOURNAL_NAME = "reflection.jsonl"
 REFLECTION_SYSTEM = (
     "You are the reflection model of an automatic prompt optimizer for teams of LLM agents that "
     "solve competitive programming problems graded by hidden tests."
 )
-# Mirrors JobConfig.reflection_decoding; used when the context does not carry one.
-DEFAULT_DECODING = {"temperature": 1.0, "top_p": 1.0, "max_tokens": 8192}
+# Mirrors JobConfig.reflection_decoding (the reference's 48000-token reflection limit); used when
+# the context does not carry one.
+DEFAULT_DECODING = {"temperature": 1.0, "top_p": 1.0, "max_tokens": 48000}
 
 
 class ReflectionUnavailable(OptimizerInfrastructureError):
@@ -52,6 +57,7 @@ class _Replay:
     reply: str | None
     prompt_tokens: int
     completion_tokens: int
+    truncated: bool = False
 
 
 def prompt_hash(purpose: str, system: str, prompt: str) -> str:
@@ -96,7 +102,7 @@ class ReflectionModel:
         self._replays: dict[tuple[str, str, int], _Replay] = {}
         self._consecutive_failures = 0
         self._totals = {"calls": 0, "live_calls": 0, "replayed_calls": 0, "failed_calls": 0,
-                        "prompt_tokens": 0, "completion_tokens": 0}
+                        "truncated_calls": 0, "prompt_tokens": 0, "completion_tokens": 0}
         self._by_purpose: dict[str, dict[str, int]] = {}
         for record in read_jsonl(self.path):
             if record.get("method") != method:
@@ -107,6 +113,7 @@ class ReflectionModel:
                 record.get("reply") if record.get("ok") else None,
                 int(usage.get("prompt_tokens", 0)),
                 int(usage.get("completion_tokens", 0)),
+                record.get("finish_reason") == TRUNCATED,
             )
 
     @classmethod
@@ -145,13 +152,15 @@ class ReflectionModel:
             replay = self._replays.pop((purpose, digest, occurrence), None)
         if replay is not None:
             self._count(purpose, "replayed_calls", replay.prompt_tokens, replay.completion_tokens,
-                        failed=replay.reply is None)
+                        failed=replay.reply is None, truncated=replay.truncated)
             return replay.reply
         seed = logical_seed(self.method, self.seed, purpose, digest, occurrence)
         decoding = self._decoding(temperature, max_tokens, seed)
         started = time.monotonic()
         reply: str | None = None
         error: str | None = None
+        finish: str | None = None
+        cut_text: str | None = None
         prompt_tokens = completion_tokens = 0
         try:
             message = await self.client.complete(
@@ -171,6 +180,10 @@ class ReflectionModel:
             meta = getattr(message, "usage_metadata", None) or {}
             prompt_tokens = int(meta.get("input_tokens", 0) or 0)
             completion_tokens = int(meta.get("output_tokens", 0) or 0)
+            finish = finish_reason_of(message)
+            if finish == TRUNCATED:
+                cut_text, reply = reply, None
+                error = f"reply cut at the token limit ({decoding.max_tokens} tokens)"
         self._journal.append({
             "schema": 1,
             "method": self.method,
@@ -184,11 +197,14 @@ class ReflectionModel:
             "reply": reply,
             "ok": reply is not None,
             "error": error,
+            "finish_reason": finish,
+            **({"truncated_reply": cut_text} if cut_text is not None else {}),
             "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens},
             "latency_s": round(time.monotonic() - started, 4),
             "time": time.time(),
         })
-        self._count(purpose, "live_calls", prompt_tokens, completion_tokens, failed=reply is None)
+        self._count(purpose, "live_calls", prompt_tokens, completion_tokens, failed=reply is None,
+                    truncated=cut_text is not None)
         if reply is None:
             self._note_failure(error or "unknown error")
         else:
@@ -211,15 +227,19 @@ class ReflectionModel:
             seed=seed,
         )
 
-    def _count(self, purpose: str, kind: str, prompt_tokens: int, completion_tokens: int, *, failed: bool) -> None:
+    def _count(self, purpose: str, kind: str, prompt_tokens: int, completion_tokens: int, *, failed: bool,
+               truncated: bool = False) -> None:
         with self._lock:
             for table in (self._totals, self._by_purpose.setdefault(purpose, {})):
                 table["calls"] = table.get("calls", 0) + 1
                 table[kind] = table.get(kind, 0) + 1
                 table["prompt_tokens"] = table.get("prompt_tokens", 0) + prompt_tokens
                 table["completion_tokens"] = table.get("completion_tokens", 0) + completion_tokens
+                table.setdefault("truncated_calls", 0)
                 if failed:
                     table["failed_calls"] = table.get("failed_calls", 0) + 1
+                if truncated:
+                    table["truncated_calls"] += 1
 
     def _note_failure(self, error: str) -> None:
         with self._lock:
@@ -332,6 +352,8 @@ def speaker(message: Mapping[str, Any]) -> str:
 def render_message(message: Mapping[str, Any], limit: int) -> str:
     calls = message.get("tool_calls") or ()
     suffix = f"\n[calls tools: {', '.join(map(str, calls))}]" if calls else ""
+    if message.get("finish_reason") == TRUNCATED:
+        suffix += "\n[this reply was cut off at the token limit]"
     return f"[{speaker(message)} | {message.get('kind', '')}]\n{clip(str(message.get('content', '')), limit)}{suffix}"
 
 

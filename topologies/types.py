@@ -105,6 +105,17 @@ class TeamSpec:
     protocol: Mapping[str, str] = field(default_factory=dict)
 
 
+# The OpenAI ``finish_reason`` of a reply cut at its token limit (``max_tokens``).
+TRUNCATED = "length"
+
+
+def finish_reason_of(reply: Any) -> str | None:
+    """A model reply's ``finish_reason`` (``stop``, ``length``, ``tool_calls``), None if unknown."""
+    metadata = getattr(reply, "response_metadata", None) or {}
+    reason = metadata.get("finish_reason") if isinstance(metadata, Mapping) else None
+    return str(reason) if reason else None
+
+
 @dataclass(frozen=True, slots=True)
 class Message:
     """One source-tagged message of a trajectory (for traces and reflective optimizers)."""
@@ -114,6 +125,11 @@ class Message:
     content: str
     tool_calls: tuple[dict[str, Any], ...] = ()
     agent: str = ""  # e.g. "coder#2" or "peer1@round0"; empty for single-agent roles
+    finish_reason: str | None = None  # model replies: how the reply ended ("length" = cut)
+
+    @property
+    def truncated(self) -> bool:
+        return self.finish_reason == TRUNCATED
 
 
 @dataclass(frozen=True, slots=True)

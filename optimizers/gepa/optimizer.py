@@ -57,7 +57,7 @@ class GEPAParams:
     reflection_minibatch_size: int = 3
     candidate_selection_strategy: str = "pareto"  # pareto | current_best | epsilon_greedy | top_k_pareto
     component_selector: str = "round_robin"  # round_robin | all
-    components: str = "all"  # all (role/* and protocol/*) | roles
+    components: str = "roles"  # roles: role prompts only (the reference, spec 2.2) | all: + protocol/*
     use_merge: bool = True
     max_merge_invocations: int = 5
     early_stop_patience: int | None = 3  # full validation evals without a new best; null: off
@@ -140,10 +140,11 @@ class _Progress:
             "charged": self.ctx.budget.charged,
         }
         self.history.append(row)
-        self.bridge.call_soon(self._publish, row, candidate)
+        self.bridge.call_soon(self._publish, row, candidate, best)
 
-    def _publish(self, row: dict[str, Any], candidate: Candidate) -> None:
+    def _publish(self, row: dict[str, Any], candidate: Candidate, incumbent: Candidate) -> None:
         # On the job's loop: trackers need not be thread-safe.
+        self.ctx.commit_incumbent(incumbent, row["incumbent_val_score"], charged=row["charged"])
         self.ctx.tracker.log(row["charged"], {f"gepa/{k}": v for k, v in row.items()
                                               if isinstance(v, (int, float)) and v is not None})
         self.ctx.tracker.log_candidate(candidate, method="gepa", val_score=row["val_score"])

@@ -186,6 +186,7 @@ class _Run:
         self.candidates[candidate.id] = candidate
         if score > self.full_scores.get(self.best_id, float("-inf")):
             self.best_id = candidate.id
+        self.ctx.commit_incumbent(self.candidates[self.best_id], self.full_scores[self.best_id])
         return score
 
     def _note(self, event: str, **row: Any) -> None:

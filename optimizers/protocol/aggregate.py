@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
-from optimizers.protocol import cells, stats
+from optimizers.protocol import cells, stats, trust
 
 log = logging.getLogger("aggregate")
 SCHEMA = "lcb-grid-aggregate/v1"
@@ -67,18 +67,35 @@ class JobResult:
     fallback_reason: str | None
     charged: int | None
     stop_reason: str | None
+    cost: Mapping[str, Any] = field(default_factory=dict)  # optimizers.protocol.trust.job_cost
+    truncation: Mapping[str, Any] = field(default_factory=dict)  # result.json "truncation"
+    optimism: Mapping[str, Any] = field(default_factory=dict)  # result.json selection.optimism
 
     @property
     def method(self) -> str:
         return str(self.cell["method"])
 
     @property
+    def selection_mode(self) -> str:
+        return str((self.cell.get("selection") or {}).get("mode", "val"))
+
+    @property
+    def variant(self) -> str:
+        """Non-default method knobs and selection rule, e.g. ``components=all,selection=heldout``."""
+        knobs = [f"{k}={v}" for k, v in sorted((self.cell.get("method_variant") or {}).items())]
+        if self.selection_mode != "val":
+            knobs.append(f"selection={self.selection_mode}")
+        return ",".join(knobs)
+
+    @property
     def cell_key(self) -> tuple[Any, ...]:
-        return tuple(self.cell.get(name) for name in CELL_FIELDS)
+        # A method variant or another selection rule is another cell (never pooled seeds).
+        return (*(self.cell.get(name) for name in CELL_FIELDS), self.variant)
 
     @property
     def condition_key(self) -> tuple[Any, ...]:
-        return tuple(self.cell.get(name) for name in CELL_FIELDS if name != "method")
+        # Methods are compared under the same selection rule only.
+        return (*(self.cell.get(name) for name in CELL_FIELDS if name != "method"), self.selection_mode)
 
     @property
     def model_key(self) -> str:
@@ -134,6 +151,9 @@ def read_result(path: Path) -> JobResult:
             fallback_reason=selection.get("fallback_reason"),
             charged=(optimization.get("budget") or {}).get("charged"),
             stop_reason=optimization.get("stop_reason"),
+            cost=trust.job_cost(data),
+            truncation=data.get("truncation") or {},
+            optimism=selection.get("optimism") or {},
         )
     except (KeyError, TypeError, ValueError) as exc:
         if isinstance(exc, ResultError):
@@ -284,8 +304,16 @@ class CellGroup:
 
     def label(self) -> dict[str, Any]:
         job = self.first
-        return {"method": job.method, "task": job.cell["dataset"], "runtime": job.registry_key,
-                "model": job.model_key, "model_id": job.cell["model"], "cell": dict(job.cell)}
+        method = f"{job.method}[{job.variant}]" if job.variant else job.method
+        return {"method": method, "task": job.cell["dataset"], "runtime": job.registry_key,
+                "model": job.model_key, "model_id": job.cell["model"], "cell": dict(job.cell),
+                "selection": job.selection_mode}
+
+    def trust(self, mean_delta_pp: float | None) -> dict[str, Any]:
+        """Cost, optimism and truncation of the cell over the jobs it has."""
+        return {"cost": trust.cell_cost([j.cost for j in self.jobs], mean_delta_pp),
+                "optimism": trust.cell_optimism([j.optimism for j in self.jobs]),
+                "truncation": trust.cell_truncation([j.truncation for j in self.jobs])}
 
 
 def group_cells(results: Sequence[JobResult], seeds: Sequence[int] = cells.GRID_SEEDS) -> list[CellGroup]:
@@ -349,8 +377,8 @@ def method_comparisons(groups: Sequence[CellGroup], replicates: int) -> tuple[li
     notes: list[str] = []
     for members in by_condition.values():
         for first, second in itertools.combinations(members, 2):
-            label = {**first.label(), "method": f"{first.first.method}|{second.first.method}",
-                     "method_a": first.first.method, "method_b": second.first.method}
+            name_a, name_b = first.label()["method"], second.label()["method"]
+            label = {**first.label(), "method": f"{name_a}|{name_b}", "method_a": name_a, "method_b": name_b}
             pairs: dict[int, tuple[list[float], list[float]]] = {}
             for seed in sorted(set(first.by_seed) & set(second.by_seed)):
                 a, b = first.by_seed[seed], second.by_seed[seed]
@@ -422,6 +450,59 @@ def render_table(groups: Sequence[CellGroup], cell_stats: Mapping[tuple[Any, ...
     return "\n".join(lines) + "\n"
 
 
+def _fmt_int(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f}"
+
+
+def _fmt_rate(value: float | None) -> str:
+    return "-" if value is None else f"{100.0 * value:.1f}%"
+
+
+def render_trust_table(groups: Sequence[CellGroup], cell_stats: Mapping[tuple[Any, ...], Comparison]) -> str:
+    """Per cell: what the search cost, how optimistic its incumbent looked, how often replies were cut."""
+    lines = ["\t".join(("method", "runtime", "model", "selection", "charged", "task_tokens", "reflection_tokens",
+                        "uncharged_calls", "wall_s", "dpp_per_M_reflection_tokens", "optimism_gap_pp",
+                        "excess_optimism_pp", "truncated_task", "truncated_reflection"))]
+    for group in groups:
+        label = group.label()
+        comparison = cell_stats.get(group.key)
+        info = group.trust(comparison.mean_delta_pp if comparison else None)
+        cost, optimism, cut = info["cost"], info["optimism"], info["truncation"]
+        lines.append("\t".join([
+            label["method"], label["runtime"], label["model"], label["selection"],
+            _fmt_int(cost["mean_charged_rollouts"]), _fmt_int(cost["mean_task_tokens"]),
+            _fmt_int(cost["mean_reflection_tokens"]), _fmt_int(cost["mean_uncharged_calls"]),
+            _fmt(cost["mean_wall_s"], 1), _fmt_pp(cost["delta_pp_per_million_reflection_tokens"]),
+            _fmt_pp(optimism["mean_optimism_gap_pp"]), _fmt_pp(optimism["mean_excess_optimism_pp"]),
+            _fmt_rate(cut["task"]["rate"]), _fmt_rate(cut["reflection"]["rate"]),
+        ]))
+    return "\n".join(lines) + "\n"
+
+
+def render_power(power: Sequence[Mapping[str, Any]]) -> str:
+    """One line per Holm family: the minimum detectable effect of the grid's design."""
+    lines = []
+    for row in power:
+        mde = row["mde_pp"]
+        shown = f"{mde:.1f}" if mde is not None else f"none up to {100 * row['discordance']:.1f}"
+        lines.append(
+            f"power\tfamily={row['family']}\tcells={row['cells']}\tseeds={row['seeds']}\tproblems={row['problems']}"
+            f"\tholm_tests={row['tests']}\talpha={row['alpha']}\tpower={row['power']}"
+            f"\tdiscordance={row['discordance']:.3f} ({row['discordance_source']})\tmde_pp={shown}"
+            f"\tmde_pp_without_correction={_fmt(row['mde_pp_one_cell'], 1)}")
+    return "\n".join(lines) + ("\n" if lines else "")
+
+
+def design_power(groups: Sequence[CellGroup], cell_stats: Mapping[tuple[Any, ...], Comparison],
+                 family: str) -> list[dict[str, Any]]:
+    """MDE at 80 % power for the grid's design, with the data's problems per seed and discordance."""
+    sizes = [s.n for c in cell_stats.values() for s in c.seeds] or [len(j.example_ids) for g in groups for j in g.jobs]
+    problems = max(set(sizes), key=sizes.count) if sizes else 50
+    models = {g.first.model_key for g in groups}
+    return trust.power_table(family, problems=problems, seeds=len(cells.GRID_SEEDS),
+                             discordance=trust.observed_discordance(cell_stats.values()), models=models)
+
+
 @dataclass(slots=True)
 class Aggregate:
     groups: list[CellGroup]
@@ -429,6 +510,7 @@ class Aggregate:
     pairs: list[Comparison]
     skipped: list[str]
     notes: list[str]
+    power: list[dict[str, Any]] = field(default_factory=list)
 
     def summary(self, *, family: str, replicates: int, include_nonconformant: bool) -> dict[str, Any]:
         cells_out = []
@@ -443,6 +525,7 @@ class Aggregate:
                 entry.update(comparison.as_dict())
                 entry["fallbacks"] = [s.seed for s in comparison.seeds
                                       if s.extra.get("selected_candidate") != "incumbent"]
+            entry.update(group.trust(comparison.mean_delta_pp if comparison else None))
             cells_out.append(entry)
         return {
             "schema": SCHEMA,
@@ -453,6 +536,7 @@ class Aggregate:
             "method_comparisons": [c.as_dict() for c in self.pairs],
             "skipped": list(self.skipped),
             "notes": list(self.notes),
+            "power": list(self.power),
         }
 
 
@@ -480,7 +564,8 @@ def aggregate(
     apply_holm(list(cell_stats.values()), lambda c: _family("cell", family, c))
     pairs, notes = method_comparisons(groups, replicates)
     apply_holm(pairs, lambda c: _family("pair", family, c))
-    return Aggregate(groups, cell_stats, pairs, skipped, notes)
+    power = design_power(groups, cell_stats, family) if groups else []
+    return Aggregate(groups, cell_stats, pairs, skipped, notes, power)
 
 
 def build_parser() -> OneLineParser:
@@ -524,6 +609,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     log.info("%d result(s) in %d cell(s): %d complete, %d method comparison(s)",
              sum(len(g.jobs) for g in result.groups), len(result.groups), len(result.cells), len(result.pairs))
     sys.stdout.write(render_table(result.groups, result.cells, result.pairs))
+    sys.stdout.write("\n" + render_trust_table(result.groups, result.cells))
+    sys.stdout.write("\n" + render_power(result.power))
     if args.out is not None:
         import json
 

@@ -14,7 +14,14 @@ from typing import Any
 from topologies.types import Decoding
 
 PHASES = ("optimize", "validate", "test", "all")
+SELECTION_MODES = ("val", "heldout")
 GRID_BUDGET = 600
+# Reply limits per phase (reference protocol, spec 1.7): task rollouts in every phase and the
+# reflection model. A model's own cap (conf/model/*.yaml ``max_tokens``, e.g. the embedded
+# model's 1024) still bounds them. A reply that hits its limit is recorded as truncated, never
+# silently parsed as if it were complete.
+TASK_MAX_TOKENS = 32768
+REFLECTION_MAX_TOKENS = 48000
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,10 +69,16 @@ class JobConfig:
     evaluation_cache: Path | None = None  # default: <out>/evaluations
     concurrency: int = 8
     optimize_max_tests: int | None = 3  # optimization rollouts: first k hidden tests
-    optimize_decoding: Decoding = Decoding(temperature=0.2, top_p=0.9, max_tokens=8192)
-    eval_decoding: Decoding = Decoding(temperature=0.0, top_p=0.9, max_tokens=8192)
-    reflection_decoding: Decoding = Decoding(temperature=1.0, top_p=1.0, max_tokens=8192)
+    optimize_decoding: Decoding = Decoding(temperature=0.2, top_p=0.9, max_tokens=TASK_MAX_TOKENS)
+    eval_decoding: Decoding = Decoding(temperature=0.0, top_p=0.9, max_tokens=TASK_MAX_TOKENS)
+    reflection_decoding: Decoding = Decoding(temperature=1.0, top_p=1.0, max_tokens=REFLECTION_MAX_TOKENS)
     max_infrastructure_retries: int = 2
+    # Keep-or-reject rows: "val" (the reference) decides on all of validation, which methods may
+    # also search on; "heldout" keeps ``selection_size`` validation problems out of every
+    # method's reach and decides on them alone.
+    selection: str = "val"
+    selection_size: int = 25
+    force_resume: bool = False  # continue a job folder made by other code versions (marked in result)
     tracker: TrackerSpec = TrackerSpec()
     quiet: bool = False
     log_level: str = "INFO"

@@ -14,6 +14,10 @@ class JobMismatch(JobError):
     """The job folder holds a different job (its ``job.json`` disagrees with this config)."""
 
 
+class VersionMismatch(JobMismatch):
+    """The job folder was made by other code versions (scorer, team runtime or method)."""
+
+
 class PhaseOrderError(JobError):
     """A phase was asked for before the phase it depends on finished."""
 

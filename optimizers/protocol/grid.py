@@ -4,6 +4,7 @@ the sweep commands that run it.
     python -m optimizers.protocol.grid --list            # one cell per line, then the counts
     python -m optimizers.protocol.grid --status runs/    # done / failed / running / missing per job
     python -m optimizers.protocol.grid --commands        # the six Hydra sweeps that make the grid
+    python -m optimizers.protocol.grid --check           # compose + pre-flight every sweep job, no model
 
 The grid is defined in ``optimizers.protocol.cells``; the sweeps are ``conf/experiment/lcb_grid*.yaml``
 (Hydra's basic sweeper takes cartesian products and the grid is a union of tables, so there is one
@@ -160,6 +161,96 @@ def sweep_jobs(path: Path) -> Iterator[tuple[str, cells.Condition, int]]:
         yield choice["method"], condition, int(choice["seed"])
 
 
+def sweep_choices(path: Path) -> Iterator[dict[str, str]]:
+    """Every override combination of one experiment file's cartesian sweep."""
+    import itertools
+
+    params = sweep_params(path)
+    keys = list(params)
+    for values in itertools.product(*(params[k] for k in keys)):
+        yield dict(zip(keys, values))
+
+
+# --------------------------------------------------------------------------- --check
+
+
+@dataclass(frozen=True, slots=True)
+class CheckFailure:
+    experiment: str
+    overrides: str
+    reason: str
+    method: str
+    unloadable_method: bool = False
+
+
+def check_grid(paths: Sequence[Path] | None = None) -> tuple[int, list[CheckFailure]]:
+    """Compose every job of every ``lcb_grid*`` sweep as the app would and run its pre-flight
+    checks (no model is called). Returns (jobs checked, failures)."""
+    import dataclasses
+
+    from hydra import compose, initialize_config_dir
+
+    from optimizers.protocol.hydra_config import job_config
+    from optimizers.protocol.preflight import MethodNotLoadable, PreflightError, preflight
+    from optimizers.protocol.run import to_overrides
+
+    checked, failures = 0, []
+    with initialize_config_dir(config_dir=str(cells.CONF_DIR), version_base="1.3"):
+        for path in paths if paths is not None else experiment_files():
+            by_seedless: dict[tuple[tuple[str, str], ...], list[int]] = {}
+            for choice in sweep_choices(path):
+                seed = int(choice.pop("seed", "0"))
+                by_seedless.setdefault(tuple(sorted(choice.items())), []).append(seed)
+            for items, seeds in by_seedless.items():
+                choice = dict(items)
+                label = " ".join(f"{k}={v}" for k, v in items)
+                checked += len(seeds)
+                method = choice.get("method", "?")
+                try:
+                    overrides = to_overrides([f"experiment={path.stem}", *(f"{k}={v}" for k, v in items),
+                                              f"seed={seeds[0]}"])
+                    base = job_config(compose(config_name="config", overrides=overrides))
+                except Exception as exc:  # noqa: BLE001 - ours (UsageError, CellError, ConfigError) or Hydra's
+                    # A method without conf/method/<name>.yaml is one this build does not have yet.
+                    missing = not (cells.CONF_DIR / "method" / f"{method}.yaml").is_file()
+                    failures.append(CheckFailure(path.stem, label, _line(exc), method, missing))
+                    continue
+                for seed in seeds:
+                    job = dataclasses.replace(base, seed=seed,
+                                              out=cells.job_dir("runs", base.method, cells.condition_of(base), seed))
+                    try:
+                        preflight(job)
+                    except MethodNotLoadable as exc:
+                        failures.append(CheckFailure(path.stem, f"{label} seed={seed}", str(exc), method, True))
+                        break
+                    except PreflightError as exc:
+                        failures.append(CheckFailure(path.stem, f"{label} seed={seed}", str(exc), method))
+    return checked, failures
+
+
+def _line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())[:300] or type(exc).__name__
+
+
+def check_lines(checked: int, failures: Sequence[CheckFailure]) -> Iterator[str]:
+    """One line per failing job, one per method that cannot be loaded, then the counts."""
+    other = [f for f in failures if not f.unloadable_method]
+    for failure in other:
+        yield "\t".join(("fail", failure.experiment, failure.overrides, failure.reason))
+    by_method: dict[str, list[CheckFailure]] = {}
+    for failure in failures:
+        if failure.unloadable_method:
+            by_method.setdefault(failure.method, []).append(failure)
+    unloadable = sorted(by_method)
+    for method in unloadable:
+        rows = by_method[method]
+        yield "\t".join(("unloadable", method, f"{len(rows)} sweep entries", rows[0].reason))
+    yield ""
+    yield f"jobs\t{checked}\tfailed\t{len(other)}\tunloadable_methods\t{','.join(unloadable) or '-'}"
+    if unloadable:
+        yield f"methods not loadable in this build (their jobs cannot start yet): {', '.join(unloadable)}"
+
+
 def command_lines() -> Iterator[str]:
     for path in experiment_files():
         count = sum(1 for _ in sweep_jobs(path))
@@ -178,11 +269,19 @@ def build_parser() -> OneLineParser:
     mode.add_argument("--status", type=Path, metavar="RUNS_ROOT",
                       help="print done / failed / running / missing for every grid job under RUNS_ROOT")
     mode.add_argument("--commands", action="store_true", help="print the Hydra sweeps that run the grid")
+    mode.add_argument("--check", action="store_true",
+                      help="compose every job of every lcb_grid* sweep and run its pre-flight checks "
+                           "(no model call); exit 1 if any job could not start")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.check:
+        checked, failures = check_grid()
+        for line in check_lines(checked, failures):
+            sys.stdout.write(line + "\n")
+        return 1 if failures else 0
     if args.list:
         lines: Iterator[str] = list_lines()
     elif args.commands:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from optimizers.protocol import cells
-from optimizers.protocol.config import PHASES, JobConfig, ModelSpec, TrackerSpec
+from optimizers.protocol.config import PHASES, SELECTION_MODES, JobConfig, ModelSpec, TrackerSpec
 from topologies.types import Decoding
 
 DATA_SOURCES = ("hf", "builtin")
@@ -165,6 +165,21 @@ def _topology(raw: Mapping[str, Any]) -> tuple[str, int, int, int]:
     return name, size, rounds, turns
 
 
+def _selection(value: Any, defaults: Mapping[str, Any]) -> tuple[str, int]:
+    """``selection: {mode: val|heldout, size: N}`` -> (mode, size)."""
+    if value is None:
+        return defaults["selection"], defaults["selection_size"]
+    if not isinstance(value, Mapping):
+        raise ConfigError("selection must be a mapping: {mode: val|heldout, size: N}")
+    unknown = sorted(set(value) - {"mode", "size"})
+    if unknown:
+        raise ConfigError(f"selection: unknown setting(s) {', '.join(unknown)}; known: mode, size")
+    mode = _str(value.get("mode", defaults["selection"]), "selection.mode")
+    if mode not in SELECTION_MODES:
+        raise ConfigError(f"selection.mode must be one of {', '.join(SELECTION_MODES)}, not {mode!r}")
+    return mode, _int(value.get("size", defaults["selection_size"]), "selection.size", minimum=1)
+
+
 def job_config_from_dict(raw: Mapping[str, Any]) -> JobConfig:
     """Plain config data (as composed from conf/) -> JobConfig; ``ConfigError`` on bad values."""
     defaults = {f.name: f.default for f in dataclasses.fields(JobConfig)}
@@ -216,6 +231,7 @@ def job_config_from_dict(raw: Mapping[str, Any]) -> JobConfig:
     cap = model_cfg.get("max_tokens")
     output_cap = None if cap is None else _int(cap, "model.max_tokens", minimum=1)
 
+    selection_mode, selection_size = _selection(raw.get("selection"), defaults)
     condition = cells.Condition(topology, team_size, communication, model.alias)
     out = _path(raw.get("out"))
     if out is None:
@@ -255,6 +271,9 @@ def job_config_from_dict(raw: Mapping[str, Any]) -> JobConfig:
             "max_infrastructure_retries",
             minimum=0,
         ),
+        selection=selection_mode,
+        selection_size=selection_size,
+        force_resume=_bool(raw.get("force_resume", False), "force_resume"),
         tracker=tracker,
         quiet=_bool(raw.get("quiet", False), "quiet"),
         log_level=log_level,

@@ -35,10 +35,17 @@ from optimizers.protocol.errors import JobError, PhaseOrderError
 from optimizers.protocol.evaluation import Evaluation, EvaluationCache
 from optimizers.protocol.jobspec import PROTOCOL_ID, JobIdentity, json_safe, registry_key, validate_config
 from optimizers.protocol.learning_curve import LearningCurve
+from optimizers.protocol.optimism import optimism
 from optimizers.protocol.seeds import evaluation_seed, request_seed
 from optimizers.protocol.selection import decide, find_forbidden_keys
-from optimizers.protocol.splits import SplitData, SplitIds, lcb_loader, split_ids_for
+from optimizers.protocol.splits import SplitData, SplitIds, lcb_loader, selection_split, split_ids_for
 from optimizers.protocol.store import JobStore
+from optimizers.protocol.truncation import (
+    count_replies,
+    job_truncation,
+    reflection_truncation,
+    summary_metrics,
+)
 from optimizers.registry import get_optimizer_class
 from topologies import aio
 
@@ -67,6 +74,8 @@ def _log(cfg: JobConfig, text: str) -> None:
 class Job:
     """A job bound to its folder; ``await job.run()`` runs the configured phase(s)."""
 
+    forced_resume: Mapping[str, Any] | None = None  # set when --force-resume crossed code versions
+
     def __init__(self, cfg: JobConfig, runtime: JobRuntime | None = None) -> None:
         validate_config(cfg)
         self.cfg = cfg
@@ -74,6 +83,8 @@ class Job:
         self.store = JobStore(cfg.out, evaluation_cache=cfg.evaluation_cache)
         splits_file = getattr(cfg, "splits", None)
         self.split_ids: SplitIds = split_ids_for(cfg.data, splits_file)
+        # Which validation rows a method may search on, and which decide keep-or-reject.
+        self.rows = selection_split(self.split_ids, cfg.selection, cfg.selection_size)
         self.base_spec = self._base_spec()
         from optimizers.protocol.lcb_system import seed_candidate
 
@@ -178,7 +189,10 @@ class Job:
         self._connect_models()
         settle_for_batches()
         with self.store.lock():
-            self.store.ensure_job(self.identity.record(self.seed_candidate, self.split_ids))
+            stored = self.store.ensure_job(self.identity.record(self.seed_candidate, self.split_ids),
+                                           force_resume=self.cfg.force_resume)
+            if stored["job_id"] != self.job_id:
+                self._adopt(stored)
             phase = self.cfg.phase
             if phase == "all":
                 saved = self.store.read("result")
@@ -208,6 +222,21 @@ class Job:
         optimization = self.store.read("optimization") or await self.optimize()
         selection = self.store.read("selection") or await self.validate(optimization)
         return await self.test(optimization, selection)
+
+    def _adopt(self, stored: Mapping[str, Any]) -> None:
+        """--force-resume: go on under the stored job's ids, and say so in the journals and result."""
+        from optimizers.journal import JsonlJournal
+
+        ours = self.identity.spec["code_versions"]
+        theirs = stored["spec"].get("code_versions")
+        _log(self.cfg, f"forced resume: job {stored['job_id']} was started by code versions {theirs}, "
+                       f"continuing with {ours}")
+        JsonlJournal(self.store.root / "forced_resumes.jsonl").append(
+            {"time": time.time(), "job_id": stored["job_id"], "stored_versions": theirs, "code_versions": ours})
+        self.forced_resume = {"stored_versions": theirs, "code_versions": ours}
+        self.identity = self.identity.adopt(stored)
+        self.job_id, self.condition_id = self.identity.job_id, self.identity.condition_id
+        self.conformant = False
 
     def _require(self, name: str, phase: str) -> dict[str, Any]:
         record = self.store.read(name)
@@ -241,7 +270,7 @@ class Job:
             self.system,
             budget,
             seed_for=lambda phase, cid, pid, sample: request_seed(self.job_id, phase, cid, pid, sample),
-            allowed_ids=self.split_ids.train + self.split_ids.val,
+            allowed_ids=self.split_ids.train + self.rows.search,  # never the held-out selection rows
             journal_dir=self.store.optimization_dir,
             concurrency=cfg.concurrency,
             max_infrastructure_retries=cfg.max_infrastructure_retries,
@@ -258,6 +287,11 @@ class Job:
         curve.start()
         evaluator.add_observer(curve)
         tracker = self._tracker()
+
+        def on_incumbent(candidate: Candidate, score: float | None, charged: int) -> None:
+            curve.commit(candidate.id, score, charged)
+            tracker.log(charged, {"incumbent/score": score, "incumbent/candidate_id": candidate.id})
+
         evaluator.add_observer(_tracking_observer(tracker))
         optimizer_cls = get_optimizer_class(cfg.method)
         needs_reflection = getattr(optimizer_cls, "needs_reflection", True)
@@ -270,6 +304,7 @@ class Job:
             tracker=tracker,
             method_params=dict(cfg.method_params),
             reflection_decoding=cfg.reflection_decoding,
+            on_incumbent=on_incumbent,
         )
         _log(cfg, f"optimizing {cfg.method} on {registry_key(cfg)} model={cfg.model.id} seed={cfg.seed} "
                   f"B={cfg.budget}" + (f" (resuming: {resumed} finished rollouts in the journal)" if resumed else ""))
@@ -281,7 +316,7 @@ class Job:
         status, failure_kind, error = "completed", None, None
         try:
             result = await optimizer_cls().optimize(
-                self.seed_candidate, train=list(self.split_ids.train), val=list(self.split_ids.val), ctx=ctx
+                self.seed_candidate, train=list(self.split_ids.train), val=list(self.rows.search), ctx=ctx
             )
             await evaluator.drain()
         except OptimizerInfrastructureError as exc:
@@ -302,7 +337,11 @@ class Job:
         self._check_result(result, budget)
         snapshot = budget.snapshot()
         evaluator.note_candidate(result.best)
-        curve.finish(charged=snapshot["charged"], final_candidate_id=result.best.id, stop_reason=result.stop_reason)
+        final_score = (result.metadata or {}).get("incumbent_val_score")
+        curve.finish(charged=snapshot["charged"], final_candidate_id=result.best.id,
+                     final_score=final_score if isinstance(final_score, int | float) else None,
+                     stop_reason=result.stop_reason)
+        reflection_usage = _reflection_usage(result, ctx.reflection)
         payload = {
             "job_id": self.job_id,
             "cell_id": self.cell_id,
@@ -315,17 +354,22 @@ class Job:
             "incumbent_candidate": result.best.to_dict(),
             "budget": snapshot,
             "usage": {"task": attempts_usage(self.store.optimization_dir / "attempts.jsonl"),
-                      "reflection": _reflection_usage(result, ctx.reflection)},
+                      "reflection": reflection_usage},
             "elapsed_seconds": round(time.monotonic() - started, 3),
             "history": json_safe(list(result.history)),
             "metadata": json_safe(dict(result.metadata)),
             "training_ids": list(self.split_ids.train),
-            "validation_ids": list(self.split_ids.val),
+            "validation_ids": list(self.rows.search),  # what the method was given
+            "selection_mode": self.rows.mode,
         }
         # What the outcome is, without timings: equal for an interrupted and an uninterrupted run.
         payload["optimization_id"] = short_hash(
             {k: payload[k] for k in ("job_id", "status", "failure_kind", "stop_reason", "incumbent_candidate",
                                      "budget", "history", "metadata")}, 24)
+        payload["truncation"] = {
+            "task": count_replies(read_jsonl(self.store.optimization_dir / "rollouts.jsonl")),
+            "reflection": reflection_truncation(reflection_usage),
+        }
         record = self.store.write("optimization", payload)
         tracker.summary({"optimization/charged": snapshot["charged"], "optimization/status": status,
                          "optimization/stop_reason": result.stop_reason})
@@ -380,8 +424,8 @@ class Job:
                 apply_candidate(self.base_spec, incumbent)
             except ValueError:
                 forced = "invalid_incumbent_candidate"
-        val_ids = list(self.split_ids.val)
-        _log(cfg, f"validating seed vs incumbent on {len(val_ids)} problems")
+        val_ids = list(self.rows.selection)
+        _log(cfg, f"validating seed vs incumbent on {len(val_ids)} problems ({self.rows.mode} selection)")
         baseline = await self.evaluations.evaluate(seed, "val", val_ids, evaluation_seed=cfg.seed)
         candidate_eval: Evaluation | None = None
         if forced is None:
@@ -415,6 +459,18 @@ class Job:
         }
         payload["selection_id"] = short_hash(payload, 24)
         payload["optimization_sha256"] = optimization["sha256"]  # verified before test, not hashed
+        # Diagnostics (not part of the decision, so not hashed).
+        payload["selection_mode"] = self.rows.mode
+        payload["optimism"] = optimism(
+            read_jsonl(self.store.optimization_dir / "rollouts.jsonl"),
+            incumbent_id=incumbent.id, seed_id=seed.id,
+            incumbent_selection_score=decision.incumbent_score if forced != "identical_candidate"
+            else decision.baseline_score,
+            seed_selection_score=decision.baseline_score,
+        )
+        payload["truncation"] = count_replies(
+            list(baseline.rollouts) + (list(candidate_eval.rollouts) if candidate_eval is not baseline and
+                                       candidate_eval is not None else []))
         record = self.store.write("selection", payload)
         _log(cfg, f"selection sealed: {decision.selected_candidate} (fallback={decision.fallback_reason}, "
                   f"seed={decision.baseline_score}, incumbent={decision.incumbent_score})")
@@ -434,7 +490,7 @@ class Job:
 
     async def _run_test(self, selection: Mapping[str, Any]) -> dict[str, Any]:
         cfg = self.cfg
-        self.data.unlock_test(selection)
+        self.data.unlock_test(selection, self.rows.selection)
         self.data.test_problems()
         seed = self.seed_candidate
         deployed = Candidate.from_dict(selection["deployed_candidate"])
@@ -469,6 +525,8 @@ class Job:
             "selected_candidate": selection["selected_candidate"],
             "usage": {"baseline": baseline.usage(), "deployed": deployed_eval.usage()},
             "search_budget_charged": 0,
+            "truncation": count_replies(list(baseline.rollouts) + (
+                list(deployed_eval.rollouts) if deployed_eval.evaluation_id != baseline.evaluation_id else [])),
         }
         record = self.store.write("test", payload)
         _log(cfg, f"test: seed={baseline_mean} deployed={deployed_mean} delta_pp={delta}")
@@ -478,6 +536,12 @@ class Job:
         self, optimization: Mapping[str, Any], selection: Mapping[str, Any], test: Mapping[str, Any]
     ) -> dict[str, Any]:
         budget = optimization["budget"]
+        truncation = job_truncation(
+            optimize=(optimization.get("truncation") or {}).get("task") or {},
+            validation=selection.get("truncation") or {},
+            test=test.get("truncation") or {},
+            reflection=(optimization.get("truncation") or {}).get("reflection") or {},
+        )
         payload = {
             "protocol": PROTOCOL_ID,
             "status": "completed",
@@ -512,17 +576,25 @@ class Job:
                 "baseline_validation_score": selection["baseline_validation_score"],
                 "incumbent_validation_score": selection["incumbent_validation_score"],
                 "validation_delta": selection["validation_delta"],
+                "mode": selection.get("selection_mode", "val"),
+                "validation_ids": selection["validation_ids"],
+                "optimism": selection.get("optimism"),
             },
             "test": {
                 key: test[key]
                 for key in ("example_ids", "baseline_scores", "deployed_scores", "baseline_mean",
                             "deployed_mean", "delta_pp", "valid_for_aggregation")
             },
+            "truncation": truncation,
+            "code_versions": self.identity.spec.get("code_versions"),
+            **({"forced_resume": dict(self.forced_resume)} if self.forced_resume else {}),
         }
         record = self.store.write("result", payload)
         self._tracker().summary({"test/baseline_mean": test["baseline_mean"],
                                  "test/deployed_mean": test["deployed_mean"], "test/delta_pp": test["delta_pp"],
-                                 "selection/fallback_reason": selection["fallback_reason"]})
+                                 "selection/fallback_reason": selection["fallback_reason"],
+                                 "selection/optimism_gap_pp": (selection.get("optimism") or {}).get("optimism_gap_pp"),
+                                 **summary_metrics(truncation)})
         return record
 
 

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import json
 import subprocess
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from optimizers.candidate import Candidate
 from optimizers.journal import canonical_json, short_hash
-from optimizers.protocol.config import PHASES, JobConfig
+from optimizers.protocol.config import PHASES, SELECTION_MODES, JobConfig
 from optimizers.protocol.errors import JobError
 from optimizers.protocol.splits import SplitIds
 from optimizers.registry import MethodUnavailable, UnknownMethod, get_optimizer_class
@@ -23,6 +24,19 @@ from topologies.types import TeamSpec
 
 PROTOCOL_ID = "lcb-grid-protocol/v1"
 SCORER_ID = "lcb.grading/hidden-tests"
+
+
+def runtime_versions() -> dict[str, str]:
+    """Behaviour versions of what a seed evaluation depends on: the scorer and the team runtime."""
+    from lcb.version import SCORER_VERSION
+    from topologies.version import TEAM_RUNTIME_VERSION
+
+    return {"scorer": SCORER_VERSION, "team_runtime": TEAM_RUNTIME_VERSION}
+
+
+def code_versions(method: str) -> dict[str, str]:
+    """Scorer, team runtime and the method's implementation version (``Optimizer.version``)."""
+    return {**runtime_versions(), "method": str(get_optimizer_class(method).version)}
 
 
 def registry_key(cfg: JobConfig) -> str:
@@ -59,6 +73,10 @@ def validate_config(cfg: JobConfig) -> None:
         raise JobError("concurrency must be >= 1")
     if cfg.max_infrastructure_retries < 0:
         raise JobError("max_infrastructure_retries must be >= 0")
+    if cfg.selection not in SELECTION_MODES:
+        raise JobError(f"selection must be one of {', '.join(SELECTION_MODES)}, not {cfg.selection!r}")
+    if cfg.selection == "heldout" and cfg.selection_size < 1:
+        raise JobError("selection_size must be >= 1 (validation problems kept for keep-or-reject)")
     if cfg.optimize_max_tests is not None and cfg.optimize_max_tests < 1:
         raise JobError("optimize_max_tests must be >= 1 (or null for all hidden tests)")
     try:
@@ -129,7 +147,15 @@ class JobIdentity:
             "nonconformant_reasons": list(self.nonconformant_reasons),
             "in_grid": self.in_grid,
             "code_version": code_version(),
+            "code_versions": self.spec["code_versions"],
         }
+
+    def adopt(self, stored: Mapping[str, Any]) -> JobIdentity:
+        """This identity under a stored job's ids (``--force-resume`` across a version change)."""
+        from dataclasses import replace
+
+        return replace(self, condition=stored["condition"], condition_id=stored["condition_id"],
+                       spec=stored["spec"], job_id=stored["job_id"])
 
 
 def _condition(cfg: JobConfig, base_spec: TeamSpec, split_ids: SplitIds) -> dict[str, Any]:
@@ -149,6 +175,7 @@ def _condition(cfg: JobConfig, base_spec: TeamSpec, split_ids: SplitIds) -> dict
         "scorer": {"id": SCORER_ID, "tests": "hidden", "max_tests": None},
         "max_infrastructure_retries": cfg.max_infrastructure_retries,
         "splits": split_ids.as_dict(),
+        "code_versions": runtime_versions(),
     }
 
 
@@ -179,13 +206,32 @@ def _spec(
         "reflection_decoding": asdict(cfg.reflection_decoding),
         "max_infrastructure_retries": cfg.max_infrastructure_retries,
         "seed_candidate_id": seed_candidate.id,
+        "selection": {"mode": cfg.selection, "size": cfg.selection_size if cfg.selection != "val" else None},
         "condition_id": condition_id,
+        "code_versions": code_versions(cfg.method),
     }
 
 
+def method_variant(cfg: JobConfig) -> dict[str, Any]:
+    """The method knobs that differ from ``conf/method/<method>.yaml`` (e.g. GEPA editing protocol
+    texts): a different variant of the method, so a different cell."""
+    from optimizers.protocol import cells
+
+    defaults = cells.method_defaults(cfg.method) or {}
+    params = json_safe(dict(cfg.method_params))
+    return {k: params[k] for k in sorted(params) if k not in defaults or params[k] != defaults[k]}
+
+
 def _cell(cfg: JobConfig, base_spec: TeamSpec) -> dict[str, Any]:
-    """The grid cell (method x runtime condition), shared by the seeds of one cell."""
-    return {
+    """The grid cell (method variant x runtime condition x selection rule), shared by the seeds
+    of one cell. Keys with their default value are left out, so default cells keep their ids."""
+    variant = method_variant(cfg)
+    extra: dict[str, Any] = {}
+    if variant:
+        extra["method_variant"] = variant
+    if cfg.selection != "val":
+        extra["selection"] = {"mode": cfg.selection, "size": cfg.selection_size}
+    return {**extra, **{
         "method": cfg.method,
         "dataset": cfg.dataset,
         "topology": cfg.topology,
@@ -194,4 +240,4 @@ def _cell(cfg: JobConfig, base_spec: TeamSpec) -> dict[str, Any]:
         "rounds": cfg.rounds,
         "model": cfg.model.id,
         "registry_key": registry_key(cfg),
-    }
+    }}

@@ -65,9 +65,22 @@ def _trace(trajectory: Trajectory) -> tuple[dict[str, Any], ...]:
             "kind": m.kind,
             "content": m.content,
             **({"tool_calls": [c.get("name", "") for c in m.tool_calls]} if m.tool_calls else {}),
+            **({"finish_reason": m.finish_reason} if m.finish_reason else {}),
         }
         for m in trajectory.messages
     )
+
+
+def replies_by_role(trajectory: Trajectory) -> dict[str, dict[str, int]]:
+    """Per role: model replies and how many of them were cut at the token limit."""
+    counts: dict[str, dict[str, int]] = {}
+    for message in trajectory.messages:
+        if message.kind != "ai":
+            continue
+        row = counts.setdefault(message.source, {"replies": 0, "truncated": 0})
+        row["replies"] += 1
+        row["truncated"] += int(message.truncated)
+    return counts
 
 
 def _usage(trajectory: Trajectory) -> dict[str, int]:
@@ -111,6 +124,7 @@ class LcbTeamSystem:
         details: dict[str, Any] = {
             "extraction_rule": trajectory.extraction_rule,
             "usage_by_role": {role: _usage_dict(u) for role, u in trajectory.usage_by_role.items()},
+            "replies_by_role": replies_by_role(trajectory),
         }
         if trajectory.error_kind is ErrorKind.INFRASTRUCTURE:
             return AttemptResult(

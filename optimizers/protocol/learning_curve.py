@@ -1,9 +1,15 @@
-"""A zero-cost learning curve: every ``every`` charged rollouts, the best candidate seen so far.
+"""A zero-cost learning curve: the committed incumbent's score after each step (spec 1.13).
 
-"Best" is the candidate with the highest mean score over its charged rollouts (any phase), ties
-broken by more rollouts, then by who came first. The curve never triggers an evaluation. Rows go
-to ``learning_curve.jsonl``; on resume, grid points already written are not written again, and
-the replayed journal re-feeds the statistics, so the curve is identical to an uninterrupted run.
+Methods commit their incumbent after every step (``OptimizeContext.commit_incumbent``: the
+candidate they would return if stopped now, with the score they chose it by). On the grid of
+charged rollouts 0, ``every``, 2 x ``every``, ... each point shows the latest commit made at or
+before that charge, with its ``staleness`` (rollouts since that commit). Before the first commit
+the incumbent is the seed (score unknown). At stop the method's final incumbent is written and
+carried forward to the budget (``post_stop_carried_forward``).
+
+The curve never triggers an evaluation, and its scores are the methods' own (a minibatch mean,
+a validation mean, ...), so curves compare a method's progress, not methods with each other.
+On resume, points already written are skipped; the replayed journals re-create the same commits.
 """
 
 from __future__ import annotations
@@ -16,16 +22,14 @@ from optimizers.budget import Budget
 from optimizers.evaluator import Rollout
 from optimizers.journal import JsonlJournal, read_jsonl
 
+SCHEMA = 2
 
-@dataclass(slots=True)
-class _Stats:
-    order: int
-    total: float = 0.0
-    count: int = 0
 
-    @property
-    def mean(self) -> float:
-        return self.total / self.count if self.count else 0.0
+@dataclass(frozen=True, slots=True)
+class Commit:
+    candidate_id: str
+    score: float | None
+    charged: int  # charged rollouts when the method committed it
 
 
 class LearningCurve:
@@ -35,50 +39,60 @@ class LearningCurve:
         self._journal = JsonlJournal(path)
         self._maximum = maximum
         self._every = every
-        self._seed_id = seed_candidate_id
-        self._stats: dict[str, _Stats] = {}
+        self._incumbent = Commit(seed_candidate_id, None, 0)
+        self._commits = 0
         self._written = {(row.get("reason"), row.get("charged_rollouts")) for row in read_jsonl(path)}
         self._next_point = 0
 
-    def best(self) -> tuple[str, float | None, int]:
-        """(candidate id, mean score or None, rollouts behind it)."""
-        if not self._stats:
-            return self._seed_id, None, 0
-        best_id, stats = max(self._stats.items(), key=lambda kv: (kv[1].mean, kv[1].count, -kv[1].order))
-        return best_id, stats.mean, stats.count
+    @property
+    def incumbent(self) -> Commit:
+        return self._incumbent
 
     def start(self) -> None:
         self._emit(0, "initial_state")
         self._next_point = self._every
 
+    def commit(self, candidate_id: str, score: float | None, charged: int) -> None:
+        """The method's incumbent after a step (``OptimizeContext.on_incumbent``)."""
+        self._advance(charged - 1)  # grid points before this commit show the previous incumbent
+        self._incumbent = Commit(candidate_id, None if score is None else float(score), charged)
+        self._commits += 1
+
     def __call__(self, rollout: Rollout, budget: Budget) -> None:
-        if not rollout.charged:
-            return
-        stats = self._stats.setdefault(rollout.candidate_id, _Stats(order=len(self._stats)))
-        stats.total += rollout.score
-        stats.count += 1
-        charged = budget.charged
+        # A commit made now carries the current charge, so every point below it is final.
+        if rollout.charged:
+            self._advance(budget.charged - 1)
+
+    def _advance(self, charged: int) -> None:
         while self._next_point <= charged:
             self._emit(self._next_point, "grid")
             self._next_point += self._every
 
-    def finish(self, *, charged: int, final_candidate_id: str, stop_reason: str) -> None:
-        """The method's own incumbent at the end (which may differ from the curve's best)."""
-        self._emit(charged, "stop", final_candidate_id=final_candidate_id, stop_reason=stop_reason)
+    def finish(self, *, charged: int, final_candidate_id: str, final_score: float | None, stop_reason: str) -> None:
+        """The method's final incumbent at stop, carried forward to the budget."""
+        self._advance(charged - 1)
+        if final_candidate_id != self._incumbent.candidate_id:
+            self._incumbent = Commit(final_candidate_id, final_score, charged)
+        self._emit(charged, "stop", stop_reason=stop_reason)
+        while self._next_point <= self._maximum:
+            self._emit(self._next_point, "grid", post_stop_carried_forward=self._next_point > charged)
+            self._next_point += self._every
 
     def _emit(self, charged: int, reason: str, **extra: Any) -> None:
         if (reason, charged) in self._written:
             return
-        best_id, best_score, n = self.best()
+        current = self._incumbent
         row = {
-            "schema": 1,
+            "schema": SCHEMA,
             "reason": reason,
             "charged_rollouts": charged,
             "budget": self._maximum,
-            "best_candidate_id": best_id,
-            "best_score": best_score,
-            "best_rollouts": n,
-            "candidates_seen": len(self._stats),
+            "incumbent_candidate_id": current.candidate_id,
+            "incumbent_score": current.score,
+            "committed_at": current.charged,
+            "staleness": charged - current.charged,
+            "commits": self._commits,
+            "post_stop_carried_forward": False,
             **extra,
         }
         self._journal.append(row)

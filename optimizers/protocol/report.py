@@ -115,6 +115,9 @@ def render_html(data: Any, images: dict[str, bytes], roots: Sequence[Path]) -> s
             f"<td>{_fmt_score(row['seed_pass1'])}</td><td>{_fmt_score(row['deployed_pass1'])}</td>"
             f"<td>{_fmt_pp(row['delta_pp'])}</td><td>{ci}</td><td>{row['fallbacks']}/{row['jobs']}</td></tr>")
     parts.append("</tbody></table></section>")
+    from optimizers.protocol.report_trust import html_sections
+
+    parts.extend(html_sections(data))
     for panel_id, panel in PANELS.items():
         encoded = base64.b64encode(images[panel_id]).decode("ascii")
         parts.append(
@@ -145,7 +148,10 @@ def write_report(data: Any, out: Path, roots: Sequence[Path]) -> dict[str, Path]
         temp.replace(target)
         written[panel_id] = target
     write_text_atomic(out / "report.html", render_html(data, images, roots))
+    from optimizers.protocol.report_trust import payload as trust_payload
+
     payload = {"schema": SCHEMA, "roots": [str(r) for r in roots], "cells": summary_rows(data),
+               "trust": trust_payload(data),
                "panels": {k: f"{k}.png" for k in PANELS}, "notes": list(data.notes), "skipped": list(data.skipped)}
     write_text_atomic(out / "report.json", json.dumps(payload, indent=2, sort_keys=True) + "\n")
     written["html"] = out / "report.html"
@@ -185,7 +191,8 @@ def build_wandb_report(data: Any, *, project: str, entity: str | None) -> str:
              "grouped by grid cell."),
         wr.H2("Learning curves"),
         wr.PanelGrid(runsets=runsets, panels=[
-            wr.LinePlot(x="budget/charged", y=["curve/best_score"], title="best score vs charged rollouts"),
+            wr.LinePlot(x="budget/charged", y=["curve/incumbent_score"],
+                        title="committed incumbent's score vs charged rollouts"),
             wr.LinePlot(x="budget/charged", y=["score/running_mean"], title="running mean rollout score"),
         ]),
         wr.H2("Δpp, cost and fallbacks"),

@@ -28,7 +28,7 @@ class JobView:
 
     folder: Path
     result: aggregate.JobResult
-    curve: tuple[tuple[int, float], ...]  # (charged rollouts, best score so far)
+    curve: tuple[tuple[int, float], ...]  # (charged rollouts, committed incumbent's score)
     optimize_tokens: int  # task + reflection model tokens spent while optimizing
     optimize_seconds: float | None
     difficulty: Mapping[str, str]  # test problem id -> easy/medium/hard/unknown
@@ -116,11 +116,18 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
+def curve_score(row: Mapping[str, Any]) -> float | None:
+    """A learning-curve row's score: the committed incumbent's (schema 2) or the best-seen mean
+    of older journals (schema 1)."""
+    score = row.get("incumbent_score", row.get("best_score"))
+    return None if score is None else float(score)
+
+
 def learning_curve(folder: Path) -> tuple[tuple[int, float], ...]:
-    """(charged rollouts, best mean score so far) points; the method's final 'stop' row last."""
+    """(charged rollouts, committed incumbent's score) points; the method's final 'stop' row last."""
     points: dict[int, float] = {}
     for row in _read_jsonl(folder / "optimization" / "learning_curve.jsonl"):
-        score = row.get("best_score")
+        score = curve_score(row)
         if score is None or row.get("reason") not in ("grid", "stop", "initial_state"):
             continue
         points[int(row.get("charged_rollouts", 0))] = float(score)

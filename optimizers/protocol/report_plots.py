@@ -114,7 +114,7 @@ def learning_curves(data: ReportData) -> Any:
                           label=cell.method if job_index == 0 else None)
         axes.set_title(f"{runtime} / {model}", fontsize=10)
         axes.set_xlabel("charged rollouts")
-        axes.set_ylabel("best mean score so far")
+        axes.set_ylabel("committed incumbent score")
         axes.set_ylim(-0.02, 1.02)
         axes.grid(alpha=0.3)
         axes.legend(fontsize=8, loc="lower right")
@@ -246,7 +246,7 @@ PANELS: dict[str, Panel] = {
         delta_heatmap),
     "learning_curves": Panel(
         "Learning curves",
-        "Best candidate's mean score over its charged rollouts, against charged rollouts, one line per job.",
+        "The committed incumbent's score (as its method judged it) against charged rollouts, one line per job.",
         learning_curves),
     "cost_vs_gain": Panel(
         "Cost vs gain",
@@ -261,3 +261,10 @@ PANELS: dict[str, Panel] = {
         "Share of jobs whose validation kept the seed prompts, split by the recorded reason.",
         fallback_rate),
 }
+
+
+# The trust panels (cost Pareto front, optimism gap, truncation) live in their own module, which
+# builds on the helpers above; imported last so that module can import this one.
+from optimizers.protocol.report_trust import TRUST_PANELS  # noqa: E402
+
+PANELS.update(TRUST_PANELS)

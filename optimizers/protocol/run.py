@@ -86,6 +86,9 @@ FLAGS: dict[str, Flag] = {
     "--reflection-endpoints": Flag("reflection.endpoints", "list"),
     "--tracker": Flag("tracker"),
     "--experiment": Flag("experiment"),
+    "--force-resume": Flag("force_resume", "bool"),
+    "--selection": Flag("selection.mode"),
+    "--selection-size": Flag("selection.size"),
 }
 
 # Hydra's own options (passed through with whatever value follows them).

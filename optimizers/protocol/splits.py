@@ -47,6 +47,34 @@ class SplitIds:
         return content_hash(self.as_dict())
 
 
+@dataclass(frozen=True, slots=True)
+class SelectionSplit:
+    """Validation as the protocol uses it: rows a method may search on, rows keep-or-reject uses.
+
+    ``val`` mode (the reference): both are all of validation. ``heldout`` mode: ``selection``
+    is a fixed subset the method never sees, ``search`` the rest of validation.
+    """
+
+    mode: str
+    search: tuple[str, ...]
+    selection: tuple[str, ...]
+
+
+def selection_split(ids: SplitIds, mode: str, size: int) -> SelectionSplit:
+    """Split validation for ``mode``; the held-out rows are a fixed function of the split ids
+    (ordered by a hash of split hash and id), so every method and seed keeps the same rows."""
+    if mode == "val":
+        return SelectionSplit(mode, ids.val, ids.val)
+    if mode != "heldout":
+        raise JobError(f"unknown selection mode {mode!r}")
+    if not 1 <= size < len(ids.val):
+        raise JobError(f"selection_size {size} must be between 1 and {len(ids.val) - 1} "
+                       f"(the validation split has {len(ids.val)} problems)")
+    salt = ids.split_hash
+    held = set(sorted(ids.val, key=lambda pid: content_hash({"split": salt, "id": pid}))[:size])
+    return SelectionSplit(mode, tuple(p for p in ids.val if p not in held), tuple(p for p in ids.val if p in held))
+
+
 def split_ids_for(data: str, splits_file: str | Path | None = None) -> SplitIds:
     """The protocol's split: ``splits_file`` if given, else the built-in split for
     ``data=builtin``, else benchmarks/lcb/lcb_splits.json."""
@@ -103,13 +131,15 @@ class SplitData:
             self._search_loaded = True
         return {i: self._problems[i] for i in self.ids.train + self.ids.val}
 
-    def unlock_test(self, selection: Mapping[str, Any]) -> None:
-        """Allow test problems, given the sealed selection record (never before it exists)."""
+    def unlock_test(self, selection: Mapping[str, Any], selection_ids: Sequence[str] | None = None) -> None:
+        """Allow test problems, given the sealed selection record (never before it exists);
+        ``selection_ids``: the rows keep-or-reject must have used (default: all of validation)."""
         if not selection.get("sha256") or not selection.get("selection_id"):
             raise TestLockedError("test problems need a sealed selection")
         if selection.get("test_exposed") is not False:
             raise TestLockedError("the selection record says test was exposed before selection")
-        if list(selection.get("validation_ids", [])) != list(self.ids.val):
+        expected = self.ids.val if selection_ids is None else selection_ids
+        if list(selection.get("validation_ids", [])) != list(expected):
             raise TestLockedError("the selection was made on a different validation split")
         self._selection_id = selection["selection_id"]
 

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from optimizers.journal import SealError, read_sealed, write_sealed, write_text_atomic
-from optimizers.protocol.errors import JobError, JobMismatch
+from optimizers.protocol.errors import JobError, JobMismatch, VersionMismatch
 
 SEALED_FILES = ("job", "optimization", "selection", "test", "result")
 SCHEMA_PREFIX = "lcb-grid"
@@ -95,8 +95,12 @@ class JobStore:
 
     # ---------------------------------------------------------------- identity
 
-    def ensure_job(self, record: Mapping[str, Any]) -> dict[str, Any]:
-        """Write job.json, or check that the existing one describes the same job."""
+    def ensure_job(self, record: Mapping[str, Any], *, force_resume: bool = False) -> dict[str, Any]:
+        """Write job.json, or check that the existing one describes the same job.
+
+        A folder whose job differs only in code versions is refused with ``VersionMismatch``
+        unless ``force_resume`` (then the stored record is returned and the caller adopts it).
+        """
         existing = self.read("job")
         if existing is None:
             return self.write("job", record)
@@ -104,6 +108,13 @@ class JobStore:
             theirs = existing.get("spec", {})
             ours = record["spec"]
             differing = sorted(k for k in set(theirs) | set(ours) if theirs.get(k) != ours.get(k))
+            if differing and set(differing) <= VERSION_KEYS:
+                if force_resume:
+                    return existing
+                raise VersionMismatch(
+                    f"{self.root} was started by other code versions ({_versions(theirs)}; this code: "
+                    f"{_versions(ours)}); use a fresh output folder, or --force-resume to continue it anyway"
+                )
             raise JobMismatch(
                 f"{self.root} holds a different job ({existing.get('job_id')}; differs in "
                 f"{', '.join(differing) or 'identity'}); use another output folder"
@@ -125,6 +136,15 @@ class JobStore:
             yield
         finally:
             os.close(fd)
+
+
+# Spec keys that only say which code computed a job (mirrors optimizers.protocol.jobspec).
+VERSION_KEYS = frozenset({"code_versions", "condition_id"})
+
+
+def _versions(spec: Mapping[str, Any]) -> str:
+    versions = spec.get("code_versions") or {}
+    return " ".join(f"{k}={v}" for k, v in sorted(versions.items())) or "unversioned"
 
 
 def _plain(value: Any) -> Any:

@@ -348,11 +348,13 @@ class WandbTracker:
                 **{f"usage/reflection/{key}": value for key, value in reflection.items()}}
 
     def _log_curve_point(self, run: Any, point: Mapping[str, Any]) -> None:
-        if point.get("best_score") is None:
+        from optimizers.protocol.report_data import curve_score
+
+        score = curve_score(point)
+        if score is None:
             return
-        run.log({"budget/charged": int(point.get("charged_rollouts", 0)),
-                 "curve/best_score": float(point["best_score"]),
-                 "curve/candidates_seen": int(point.get("candidates_seen", 0))})
+        run.log({"budget/charged": int(point.get("charged_rollouts", 0)), "curve/incumbent_score": score,
+                 "curve/staleness": int(point.get("staleness", 0))})
 
     # ---------------------------------------------------------------- final records
 
@@ -362,7 +364,7 @@ class WandbTracker:
             self._log_curve_point(run, point)
         curve = _read_jsonl(self.folder / "optimization" / "learning_curve.jsonl")
         if curve:
-            columns = ["charged_rollouts", "best_score", "best_candidate_id", "candidates_seen", "reason"]
+            columns = ["charged_rollouts", "incumbent_score", "incumbent_candidate_id", "staleness", "reason"]
             run.log({"tables/learning_curve": wandb.Table(
                 columns=columns, data=[[row.get(c) for c in columns] for row in curve])})
         candidates = _read_jsonl(self.folder / "optimization" / "candidates.jsonl")

@@ -6,8 +6,9 @@
 - ``rate_steps`` (sub-trajectory credit, the ``credit`` switch): the reflection model rates every
   segment's contribution (progress, coordination, stage fit; 1-10) given the task, the earlier
   segments and the final verdict.
-- ``assign_credit``: per (trajectory, role that spoke) the reflection model judges how the role
-  contributed and proposes concrete prompt modifications (add / remove / restructure).
+- ``assign_credit``: per (trajectory, role that spoke), or per (role, segment it acted in) as in
+  the paper, the reflection model judges how the role contributed and proposes concrete prompt
+  modifications (add / remove / restructure).
 - ``aggregate``: suggestions pooled across tasks are merged and ranked (top 5 additions, top 3
   removals, top 3 restructurings); frequency counting when the model's answer is unusable.
 
@@ -70,6 +71,7 @@ class Credit:
     overall: float
     analysis: str
     edits: Mapping[str, tuple[str, ...]]
+    segment: int | None = None  # the step credited (paper mode); None: the role's whole trajectory
 
 
 @dataclass
@@ -186,8 +188,10 @@ async def assign_credit(
     ratings: Sequence[Rating] | None,
     team: str,
     temperature: float,
+    focus: Segment | None = None,
 ) -> Credit | None:
-    own = [s for s in segments if s.role == role]
+    """Credit of ``role`` in one trajectory: for all its steps, or (``focus``) for one step."""
+    own = [focus] if focus is not None else [s for s in segments if s.role == role]
     evaluation: dict[str, Any] = {}
     if ratings is not None:
         evaluation["step_ratings"] = [
@@ -198,11 +202,15 @@ async def assign_credit(
     evaluation["last_messages"] = [f"{m.get('source')}: {clip(str(m.get('content', '')), 500)}" for m in tail]
     evaluation_text = clip(json.dumps(evaluation, ensure_ascii=False, indent=1), 12000)
     own_text = "\n\n".join(s.render(1200) for s in own[-5:]) or "(the role did not act in this run)"
+    scope = (f"the `{role}` role's step {focus.index} (its contribution in that sub-trajectory)"
+             if focus is not None else f"the `{role}` role")
+    steps_title = f"The step being credited (step {focus.index})" if focus is not None else (
+        f"The `{role}` role's steps (last 5)")
     prompt = (
         f"{_context(rollout, team)}\n\nResult evaluation:\n{evaluation_text}\n\n"
         f"The `{role}` role's system prompt:\n```\n{clip(prompt_text, 6000)}\n```\n\n"
-        f"The `{role}` role's steps (last 5):\n{clip(own_text, 8000)}\n\n"
-        f"Assign credit to the `{role}` role: how did its behaviour cause the outcome, what helped, what "
+        f"{steps_title}:\n{clip(own_text, 8000)}\n\n"
+        f"Assign credit to {scope}: how did its behaviour cause the outcome, what helped, what "
         "hurt, and which concrete changes to its system prompt would make the team solve more problems "
         "like this one (general strategies, never this problem's solution). Reply with JSON only: "
         '{"overall_score": 1-10, "analysis": "...", "strengths": ["..."], "weaknesses": ["..."], '
@@ -222,7 +230,8 @@ async def assign_credit(
         overall = float(data.get("overall_score", NEUTRAL))
     except (TypeError, ValueError):
         overall = NEUTRAL
-    return Credit(rollout.problem_id, role, overall, str(data.get("analysis", ""))[:1000], edits)
+    return Credit(rollout.problem_id, role, overall, str(data.get("analysis", ""))[:1000], edits,
+                  None if focus is None else focus.index)
 
 
 # ------------------------------------------------------------------------------------------------

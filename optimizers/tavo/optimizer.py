@@ -10,7 +10,9 @@ the newest candidate, adopted or not. A round without adoption uses up patience.
 
 Modes (``mode``):
 - ``paper`` (default; the issue asks for the paper's algorithm, the reference defaults to the
-  release overlay): per role, aggregate that role's edits and rewrite its *previous* prompt;
+  release overlay): credit per (role, step it acted in) as the paper assigns it (``credit_unit``;
+  ``trajectory`` keeps one call per (trajectory, role)); per role, aggregate that role's edits
+  and rewrite its *previous* prompt;
 - ``overlay``: team-wide meta-knowledge -> one list of rules appended to every *seed* prompt
   between markers, replacing the previous overlay;
 - ``hybrid``: every role rewritten from its seed with the team's meta-knowledge and its own
@@ -56,6 +58,7 @@ from optimizers.tavo.credit import (
 from optimizers.tavo.proposals import rewrite_role, strip_overlay, with_overlay, write_overlay
 
 MODES = ("paper", "overlay", "hybrid")
+CREDIT_UNITS = ("auto", "segment", "trajectory")
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +67,11 @@ class TAVOParams:
 
     mode: str = "paper"  # paper | overlay | hybrid
     credit: bool = True  # sub-trajectory step ratings (false = ablation)
+    # Credit assignment unit: segment = one call per (role, step it acted in), as the paper;
+    # trajectory = one call per (trajectory, role) over all its steps (the release); auto =
+    # segment in paper mode, trajectory otherwise.
+    credit_unit: str = "auto"
+    max_credit_segments: int = 5  # per (trajectory, role) in segment mode: its last N steps
     train_batch_size: int = 6
     max_outer_rounds: int = 5
     validation_batch: int | None = None  # null: min(|val|, max(min_validation_batch, (B - rounds*train)//train))
@@ -86,8 +94,16 @@ class TAVOParams:
         if min(self.train_batch_size, self.max_outer_rounds, self.attempts_per_round, self.patience,
                self.min_validation_batch) < 1:
             raise ValueError("tavo: batch sizes, rounds, attempts and patience must be >= 1")
+        if self.credit_unit not in CREDIT_UNITS:
+            raise ValueError(f"tavo: credit_unit must be one of {', '.join(CREDIT_UNITS)}, not {self.credit_unit!r}")
+        if self.max_credit_segments < 1:
+            raise ValueError("tavo: max_credit_segments must be >= 1")
         if self.validation_batch is not None and self.validation_batch < 1:
             raise ValueError("tavo: validation_batch must be >= 1 (or null)")
+
+
+def credit_by_segment(params: TAVOParams) -> bool:
+    return params.credit_unit == "segment" or (params.credit_unit == "auto" and params.mode == "paper")
 
 
 def validation_batch_size(params: TAVOParams, budget: int, val_size: int) -> int:
@@ -156,6 +172,7 @@ class _Run:
         if base is None:
             return self._result(self.seed, None, "rollout_budget_spent")
         best, best_score = self.seed, base
+        self.ctx.commit_incumbent(best, best_score)
         self._note({"event": "seed_validation", "candidate_id": self.seed.id, "val_score": base})
         current = self.seed
         misses = 0
@@ -178,6 +195,7 @@ class _Run:
                 current = candidate  # the train chain always advances
                 if accept:
                     best, best_score = candidate, float(val_score)  # type: ignore[arg-type]
+                self.ctx.commit_incumbent(best, best_score)
                 self._note({"event": "attempt", "round": round_number, "attempt": attempt,
                             "candidate_id": candidate.id, "train_score": train_score, "val_score": val_score,
                             "adopted": accept, "best_id": best.id, "best_val_score": best_score, **details})
@@ -208,17 +226,26 @@ class _Run:
             ratings = {r.problem_id: rating for r, rating in zip(rollouts, rated, strict=True)}
         prompts = current.roles()
         pairs = [(r, role) for r in rollouts for role in roles_in_trace(r.trace) if role in prompts]
+        units = [(r, role, focus) for r, role in pairs for focus in self._credit_units(segments[r.problem_id], role)]
         credited = await gather_limited(self.limit, [
             assign_credit(self.reflection, r, role, prompt_text=prompts[role], segments=segments[r.problem_id],
                           ratings=ratings.get(r.problem_id) if p.credit else None, team=self.team,
-                          temperature=p.credit_temperature) for r, role in pairs])
+                          temperature=p.credit_temperature, focus=focus) for r, role, focus in units])
         credits = [c for c in credited if c is not None]
         texts = await self.propose(current, credits)
         updates = {f"role/{role}": text for role, text in texts.items() if text != current.components[f"role/{role}"]}
         candidate = current.with_components(updates) if updates else current
-        details = {"trajectories": len(rollouts), "credits": len(credits),
+        details = {"trajectories": len(rollouts), "credit_calls": len(units), "credits": len(credits),
                    "changed_roles": sorted(k[len("role/"):] for k in updates)}
         return candidate, train_score, details
+
+    def _credit_units(self, segments: Sequence[Any], role: str) -> list[Any]:
+        """What one credit call covers: each of the role's last steps (segment unit), or the
+        role's whole trajectory (None)."""
+        if not credit_by_segment(self.params):
+            return [None]
+        own = [s for s in segments if s.role == role]
+        return own[-self.params.max_credit_segments:] or [None]
 
     async def propose(self, current: Candidate, credits: Sequence[Credit]) -> dict[str, str]:
         p = self.params
@@ -254,6 +281,7 @@ class _Run:
         metadata = {
             "mode": self.params.mode,
             "credit": self.params.credit,
+            "credit_unit": "segment" if credit_by_segment(self.params) else "trajectory",
             "train_batch_ids": self.train_batch,
             "validation_batch_ids": self.val_batch,
             "rounds": self.rounds,

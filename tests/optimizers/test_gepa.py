@@ -46,8 +46,11 @@ def test_gepa_cli_improves_validation_and_deploys(tmp_path: Path, useful: Any) -
     assert optimization["metadata"]["params"]["reflection_minibatch_size"] == 2  # the override arrived
     assert optimization["budget"]["charged"] <= 30
     curve = list(read_jsonl(out / "optimization" / "learning_curve.jsonl"))
-    assert curve[0]["reason"] == "initial_state" and curve[-1]["reason"] == "stop"
-    assert curve[-1]["final_candidate_id"] == selection["incumbent_candidate"]["id"]
+    stop = next(row for row in curve if row["reason"] == "stop")
+    assert curve[0]["reason"] == "initial_state" and curve[-1]["charged_rollouts"] <= 30
+    assert stop["incumbent_candidate_id"] == selection["incumbent_candidate"]["id"]
+    # The curve shows GEPA's committed incumbents (validation means), never a minibatch mean.
+    assert stop["commits"] >= 1 and stop["incumbent_score"] == optimization["metadata"]["incumbent_val_score"]
     history = optimization["history"]
     assert history[0]["event"] == "seed_validation" and history[-1]["incumbent_val_score"] == 1.0
     # The reflection model saw our grader feedback, not only a score.
@@ -72,15 +75,37 @@ def test_gepa_keeps_the_seed_when_reflection_proposes_nothing_useful(tmp_path: P
     assert optimization["incumbent_candidate"]["id"] == optimization["seed_candidate"]["id"]
 
 
-def test_gepa_decentralized_team_evolves_roles_and_protocol(tmp_path: Path, useful: Any) -> None:
+def test_gepa_by_default_edits_role_prompts_only(tmp_path: Path, useful: Any) -> None:
+    # The decentralized team has an editable protocol text (protocol/handoff); as in the
+    # reference (spec 2.2), default GEPA never proposes a change to it.
     config = world_job_config(tmp_path / "job", useful.base_url, method="gepa", topology="decentralized",
                               team_size=2, budget=40, method_params={"use_merge": False})
+    result = run_job(config, fast_runtime())
+    optimization = read_sealed(tmp_path / "job" / "optimization.json")
+    seed = optimization["seed_candidate"]
+    assert "protocol/handoff" in seed["components"]
+    assert optimization["metadata"]["components"] == ["role/debater"]
+    candidates = list(read_jsonl(tmp_path / "job" / "optimization" / "candidates.jsonl"))
+    assert len(candidates) >= 2  # the seed and at least one proposal
+    for candidate in candidates:
+        changed = {k for k, v in candidate["components"].items() if seed["components"].get(k) != v}
+        assert all(k.startswith("role/") for k in changed), changed
+        assert candidate["settings"] == seed["settings"]
+    assert MARKER in optimization["incumbent_candidate"]["components"]["role/debater"]
+    assert result["selection"]["selected_candidate"] == "incumbent"
+    assert "components" not in result["cell"].get("method_variant", {})
+
+
+def test_gepa_protocol_editing_is_an_explicit_knob_and_its_own_cell(tmp_path: Path, useful: Any) -> None:
+    config = world_job_config(tmp_path / "job", useful.base_url, method="gepa", topology="decentralized",
+                              team_size=2, budget=40, method_params={"use_merge": False, "components": "all"})
     result = run_job(config, fast_runtime())
     optimization = read_sealed(tmp_path / "job" / "optimization.json")
     assert optimization["metadata"]["components"] == ["protocol/handoff", "role/debater"]
     assert MARKER in optimization["incumbent_candidate"]["components"]["role/debater"]
     assert result["selection"]["selected_candidate"] == "incumbent"
     assert optimization["budget"]["charged"] <= 40
+    assert result["cell"]["method_variant"]["components"] == "all"
 
 
 def test_a_validation_pass_cut_by_the_budget_never_makes_an_incumbent(tmp_path: Path, useful: Any) -> None:

@@ -43,8 +43,10 @@ def test_identity_job_end_to_end(tmp_path: Path, scripted_server) -> None:
     for name in ("job", "optimization", "selection", "test", "result"):
         read_sealed(out / f"{name}.json")  # present and untampered
     assert (out / "optimization" / "learning_curve.jsonl").exists()
-    assert [r["reason"] for r in read_jsonl(out / "optimization" / "learning_curve.jsonl")] == [
-        "initial_state", "stop"]
+    curve = read_jsonl(out / "optimization" / "learning_curve.jsonl")
+    # The seed is the incumbent from start to stop, then carried forward to the budget (12).
+    assert [(r["reason"], r["charged_rollouts"], r["post_stop_carried_forward"]) for r in curve] == [
+        ("initial_state", 0, False), ("stop", 0, False), ("grid", 10, True)]
     assert not (out / "optimization" / "attempts.jsonl").exists()  # identity spends nothing
     evaluations = sorted(p.name for p in (out / "evaluations").glob("*.json"))
     assert len(evaluations) == 2  # seed on val, seed on test (deployed == seed: same object)
@@ -95,7 +97,7 @@ def test_searching_job_deploys_a_strictly_better_candidate(tmp_path: Path, scrip
     curve = list(read_jsonl(out / "optimization" / "learning_curve.jsonl"))
     assert [(r["reason"], r["charged_rollouts"]) for r in curve] == [
         ("initial_state", 0), ("grid", 10), ("stop", 12)]
-    assert curve[-1]["final_candidate_id"] == result["optimization"]["incumbent_candidate_id"]
+    assert curve[-1]["incumbent_candidate_id"] == result["optimization"]["incumbent_candidate_id"]
     # Optimization rollouts are graded on the first 3 hidden tests, evaluations on all of them.
     assert {r["verdict"]["total"] for r in rollouts} == {3}
     selection = read_sealed(out / "selection.json")

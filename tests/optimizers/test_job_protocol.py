@@ -106,28 +106,40 @@ def test_store_refuses_another_job_and_a_second_process(tmp_path: Path) -> None:
                 pass
 
 
-def test_learning_curve_rows_every_ten_charged_and_no_duplicates_on_resume(tmp_path: Path) -> None:
+def test_learning_curve_plots_the_committed_incumbent_and_writes_nothing_twice_on_resume(tmp_path: Path) -> None:
     path = tmp_path / "curve.jsonl"
 
     def run() -> None:
-        budget = Budget(25)
-        curve = LearningCurve(path, maximum=25, seed_candidate_id="seed")
+        budget = Budget(35)
+        curve = LearningCurve(path, maximum=35, seed_candidate_id="seed")
         curve.start()
         for index in range(23):
             reservation = budget.reserve()
             assert reservation is not None
-            score = 1.0 if index >= 12 else 0.0
-            budget.commit(reservation, Outcome.SUCCESS if score else Outcome.SEMANTIC_FAILURE)
-            curve(Rollout("good" if index >= 12 else "seed", f"p{index}", "train", 0, 1,
-                          Outcome.SUCCESS if score else Outcome.SEMANTIC_FAILURE, score, "", charged=True), budget)
-        curve.finish(charged=23, final_candidate_id="good", stop_reason="done")
+            # A candidate that scores perfectly on its minibatch but is never committed: the curve
+            # must not show it (it is not the method's incumbent).
+            lucky = index >= 12
+            budget.commit(reservation, Outcome.SUCCESS if lucky else Outcome.SEMANTIC_FAILURE)
+            curve(Rollout("lucky" if lucky else "seed", f"p{index}", "train", 0, 1,
+                          Outcome.SUCCESS if lucky else Outcome.SEMANTIC_FAILURE, float(lucky), "",
+                          charged=True), budget)
+            if index == 11:
+                curve.commit("seed", 0.25, budget.charged)  # charged 12
+            if index == 15:
+                curve.commit("good", 0.5, budget.charged)  # charged 16
+        curve.finish(charged=23, final_candidate_id="good", final_score=0.5, stop_reason="done")
 
     run()
-    run()  # a resumed run replays the same rollouts: nothing is written twice
+    run()  # a resumed run replays the same rollouts and commits: nothing is written twice
     rows = list(read_jsonl(path))
-    assert [(r["reason"], r["charged_rollouts"]) for r in rows] == [
-        ("initial_state", 0), ("grid", 10), ("grid", 20), ("stop", 23)]
-    assert rows[1]["best_candidate_id"] == "seed" and rows[2]["best_candidate_id"] == "good"
+    assert [(r["reason"], r["charged_rollouts"], r["incumbent_candidate_id"], r["incumbent_score"],
+             r["staleness"], r["post_stop_carried_forward"]) for r in rows] == [
+        ("initial_state", 0, "seed", None, 0, False),
+        ("grid", 10, "seed", None, 10, False),
+        ("grid", 20, "good", 0.5, 4, False),
+        ("stop", 23, "good", 0.5, 7, False),
+        ("grid", 30, "good", 0.5, 14, True),  # carried forward to the budget
+    ]
 
 
 def test_core_imports_no_lcb_langgraph_or_wandb() -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -104,6 +105,35 @@ def test_decentralized_team_gets_credit_per_speaking_role(tmp_path: Path, useful
     # Steps follow the peers' turns; each hand-off opens the turn of the peer it was sent to.
     assert rate_prompts and any("### Step 3 - debater (peer1)\n[peers (peer1) | user]" in p for p in rate_prompts)
     assert result["selection"]["selected_candidate"] == "incumbent"
+
+
+@pytest.mark.parametrize("unit", ["segment", "trajectory"])
+def test_paper_mode_credits_each_role_step_and_one_call_per_trajectory_stays_an_option(
+    unit: str, tmp_path: Path, useful: Any
+) -> None:
+    out = tmp_path / unit
+    params: dict[str, Any] = {"max_outer_rounds": 1, "attempts_per_round": 1}
+    if unit == "trajectory":
+        params["credit_unit"] = "trajectory"  # the default in paper mode is "auto" = segment
+    run_job(world_job_config(out, useful.base_url, method="tavo", topology="decentralized", team_size=2,
+                             budget=30, method_params=params), fast_runtime())
+    optimization = read_sealed(out / "optimization.json")
+    assert optimization["metadata"]["credit_unit"] == unit
+    records = list(read_jsonl(out / "optimization" / "native" / "reflection.jsonl"))
+    rated = [r["prompt"] for r in records if r["purpose"] == "rate"]
+    credit = [r["prompt"] for r in records if r["purpose"] == "credit"]
+    # One trajectory per rated prompt; the debater role acts in every one of its steps.
+    steps_per_trajectory = [sorted(set(int(n) for n in re.findall(r"### Step (\d+) - debater", p)))
+                            for p in rated]
+    attempt = next(row for row in optimization["history"] if row["event"] == "attempt")
+    if unit == "segment":
+        expected = sum(min(len(steps), 5) for steps in steps_per_trajectory)
+        assert expected > len(rated)  # several steps per trajectory: more than one call each
+        assert len(credit) == attempt["credit_calls"] == expected
+        assert all("The step being credited (step " in p for p in credit)
+    else:
+        assert len(credit) == attempt["credit_calls"] == len(rated)
+        assert all("steps (last 5)" in p for p in credit)
 
 
 # ------------------------------------------------------------------------------------------------

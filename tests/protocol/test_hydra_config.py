@@ -224,6 +224,20 @@ def test_a_model_reply_cap_bounds_every_phase_of_that_model() -> None:
     assert smaller.eval_decoding.max_tokens == 300  # a cap never raises an explicit choice
     other_reflector = compose_job(["method=identity", "topology=single", "seed=0", "model=local",
                                    "reflection.id=org/big-model"])
-    assert other_reflector.reflection_decoding.max_tokens == 8192  # the cap is the task model's
+    assert other_reflector.reflection_decoding.max_tokens == 48000  # the cap is the task model's
     qwen = compose_job(["method=identity", "topology=single", "seed=0"])
-    assert qwen.eval_decoding.max_tokens == 8192
+    # The reference's per-phase limits (spec 1.7) for a served model.
+    assert (qwen.optimize_decoding.max_tokens, qwen.eval_decoding.max_tokens,
+            qwen.reflection_decoding.max_tokens) == (32768, 32768, 48000)
+
+
+def test_selection_rule_and_force_resume_come_from_flags_or_overrides() -> None:
+    default = compose_job(["method=gepa", "topology=centralized", "seed=0"])
+    assert (default.selection, default.force_resume) == ("val", False)
+    held = from_argv(["--method", "gepa", "--topology", "centralized", "--seed", "0", "--selection", "heldout",
+                      "--selection-size", "10", "--force-resume"])
+    assert (held.selection, held.selection_size, held.force_resume) == ("heldout", 10, True)
+    with pytest.raises(ConfigError, match="selection.mode must be one of val, heldout"):
+        compose_job(["method=gepa", "topology=centralized", "seed=0", "selection.mode=sideways"])
+    with pytest.raises(ConfigError, match="selection.size must be >= 1"):
+        compose_job(["method=gepa", "topology=centralized", "seed=0", "selection.mode=heldout", "selection.size=0"])

@@ -143,7 +143,7 @@ def test_offline_run_records_everything_and_reads_back(tmp_path: Path) -> None:
     assert scores == [1.0, 0.0, 1.0, 0.0]
     tokens = [row["usage/task/prompt_tokens"] for row in run.history if "usage/task/prompt_tokens" in row]
     assert tokens[:4] == [100, 200, 300, 400]
-    assert [row["curve/best_score"] for row in run.history if "curve/best_score" in row] == [0.5, 1.0]
+    assert [row["curve/incumbent_score"] for row in run.history if "curve/incumbent_score" in row] == [0.5, 1.0]
     assert run.summary["test/delta_pp"] == 25.0
     assert run.summary["selection/deployed_validation_score"] == 0.75
     assert run.summary["usage/reflection/calls"] == 1
@@ -241,12 +241,14 @@ def test_a_real_job_gets_curves_tables_and_artifact(tmp_path: Path) -> None:
     assert charged > 0
     assert run.run["run_id"] == result["job_id"]
     assert len([row for row in run.history if "rollout/score" in row]) == charged
-    assert any("curve/best_score" in row for row in run.history)
+    assert any("curve/incumbent_score" in row for row in run.history)
     assert run.table("tables/candidates")["data"]
     assert run.table("tables/learning_curve")["data"]
     assert any(a["type"] == "prompts" for a in run.artifacts)
     assert run.summary["test/delta_pp"] == result["test"]["delta_pp"]
     assert run.summary["budget/charged"] == charged
+    # Truncation per phase and role reaches W&B (the scripted model never cuts a reply).
+    assert run.summary["truncation/test/all"] == 0.0 and run.summary["truncation/optimize/solver"] == 0.0
 
 
 def test_reflection_calls_reach_wandb_as_they_are_journaled(tmp_path: Path) -> None:

@@ -52,6 +52,7 @@ class ProbeSearch(Optimizer):
             ctx.tracker.log_candidate(candidate, train_score=score)
             if score > best_score:
                 best, best_score = candidate, score
+            ctx.commit_incumbent(best, best_score)  # the learning curve plots these commits
         return OptimizationResult(best=best, stop_reason="schedule_done")
 
 

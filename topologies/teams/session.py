@@ -20,7 +20,7 @@ from lcb.prompts import format_question
 from topologies.formats import FormatMetrics
 from topologies.teams.limits import TeamLimits
 from topologies.teams.tools import ToolBox
-from topologies.types import ChatClient, Decoding, ErrorKind, Message, TeamSpec, Usage
+from topologies.types import ChatClient, Decoding, ErrorKind, Message, TeamSpec, Usage, finish_reason_of
 
 BUDGET_NOTE = (
     "Your tool budget for this turn is used up: no more tool calls are possible. Reply now with "
@@ -106,11 +106,14 @@ class RunContext:
 
     def record(self, message: BaseMessage, *, source: str, agent: str) -> None:
         calls: tuple[dict[str, Any], ...] = ()
+        finish: str | None = None
         if isinstance(message, AIMessage):
             calls = tuple({"name": c["name"], "args": c["args"], "id": c["id"]}
                           for c in tool_requests(message))
+            finish = finish_reason_of(message)  # a reply cut at max_tokens stays visible as such
         self.messages.append(Message(source=source, kind=_KINDS.get(type(message), "user"),
-                                     content=message_text(message), tool_calls=calls, agent=agent))
+                                     content=message_text(message), tool_calls=calls, agent=agent,
+                                     finish_reason=finish))
 
     def add_usage(self, role: str, usage: Usage) -> None:
         self.usage[role] = self.usage.get(role, Usage()) + usage

@@ -38,7 +38,8 @@ def trajectory_to_dict(trajectory: Trajectory) -> dict[str, Any]:
         "extras": _jsonable(dict(trajectory.extras)),
         "messages": [
             {"source": m.source, "agent": m.agent, "kind": m.kind, "content": m.content,
-             "tool_calls": _jsonable(list(m.tool_calls))}
+             "tool_calls": _jsonable(list(m.tool_calls)),
+             **({"finish_reason": m.finish_reason} if m.finish_reason else {})}
             for m in trajectory.messages
         ],
     }
@@ -49,7 +50,8 @@ def trajectory_from_dict(data: Mapping[str, Any]) -> Trajectory:
     return Trajectory(
         problem_id=data["problem_id"],
         messages=tuple(Message(source=m["source"], kind=m["kind"], content=m["content"],
-                               tool_calls=tuple(m.get("tool_calls", ())), agent=m.get("agent", ""))
+                               tool_calls=tuple(m.get("tool_calls", ())), agent=m.get("agent", ""),
+                               finish_reason=m.get("finish_reason"))
                        for m in data.get("messages", ())),
         answer_text=data.get("answer_text", ""),
         code=data.get("code"),
