@@ -54,9 +54,10 @@ class LearningCurve:
     def __call__(self, rollout: Rollout, budget: Budget) -> None:
         if not rollout.charged:
             return
-        stats = self._stats.setdefault(rollout.candidate_id, _Stats(order=len(self._stats)))
-        stats.total += rollout.score
-        stats.count += 1
+        if rollout.active is None:  # a masked run scores part of a team, not the candidate
+            stats = self._stats.setdefault(rollout.candidate_id, _Stats(order=len(self._stats)))
+            stats.total += rollout.score
+            stats.count += 1
         charged = budget.charged
         while self._next_point <= charged:
             self._emit(self._next_point, "grid")
