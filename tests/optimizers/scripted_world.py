@@ -67,6 +67,9 @@ def reflection_reply(method: str, purpose: str, prompt: str, *, useful: bool) ->
         ("tavo", "aggregate"): lambda: json.dumps({"add": [rule], "remove": [], "restructure": []}),
         ("tavo", "rewrite"): lambda: _fenced(_instruction(useful)),
         ("tavo", "overlay"): lambda: json.dumps({"rules": [rule, "State the algorithm before coding."]}),
+        ("hivemind", "lessons"): lambda: "Here is what the role should learn:\n<lessons>\n"
+                                         f"- {rule}\n- State the algorithm before coding.\n"
+                                         "- Re-read the input format.\n</lessons>",
     }
     make = replies.get((method, purpose))
     return make() if make is not None else None
