@@ -133,6 +133,9 @@ class _Run:
         row_rng = random.Random(100003 * ctx.seed + params.hm_seed)
         self.train_rows = _Rows(train, row_rng)
         self.val_rows = _Rows(val, row_rng)
+        # A batch never repeats a problem, so no batch is larger than its split.
+        self.batch = min(params.coalition_batch, len(train))
+        self.accept = min(params.acceptance_batch, len(val))
         self.reflection = ReflectionModel.from_context(ctx, METHOD)
         self.guard = RolloutGuard(METHOD, params.max_unusable_rollouts)
         self.team = team_description(list(self.game.prompts()), len(ctx.team.agents))
@@ -150,7 +153,7 @@ class _Run:
         stop = "max_cycles"
         while p.max_cycles == 0 or self.cycles < p.max_cycles:
             plan = plan_coalitions(self.game.players, p.max_coalitions, self.plan_rng)
-            sizes = fit_batches(len(plan.coalitions), p.coalition_batch, p.acceptance_batch, self.ctx.budget.remaining)
+            sizes = fit_batches(len(plan.coalitions), self.batch, self.accept, self.ctx.budget.remaining)
             if sizes is None:
                 stop = "budget"
                 break
