@@ -256,7 +256,8 @@ class _Run:
         row = {**row, "incumbent_id": current.id, "charged": self.ctx.budget.charged}
         self.history.append(row)
         metrics: dict[str, float] = {"hivemind/cycle": row["cycle"], "hivemind/accepted": float(row["accepted"]),
-                                     "hivemind/team_score": row["team_score"]}
+                                     "hivemind/team_score": row["team_score"],
+                                     "hivemind/masked_rollouts": self.coalition_rollouts}
         metrics.update({f"hivemind/shapley/{role}": value for role, value in row["prompt_shapley"].items()})
         for key in ("current_val_score", "candidate_val_score"):
             if row.get(key) is not None:
