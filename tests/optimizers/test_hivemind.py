@@ -19,7 +19,7 @@ from optimizers.hivemind.shapley import exact_shapley, permutation_shapley, plan
 from optimizers.journal import read_jsonl, read_sealed
 from optimizers.protocol.job import run_job
 from optimizers.reflection import params_from
-from scripted_world import MARKER, fast_runtime, reflection_rule, run_cli, start_world, world_job_config
+from scripted_world import MARKER, REFLECTION_ID, fast_runtime, reflection_rule, run_cli, start_world, world_job_config
 from topologies.teams.layouts import team_roster
 
 # ------------------------------------------------------------------------------------------------
@@ -220,8 +220,11 @@ def test_cli_centralized_end_to_end(tmp_path: Path) -> None:
         out = tmp_path / "job"
         done = run_cli(server.base_url, out, "hivemind", "--dataset", "lcb", "--tracker", "wandb",
                        "method.manager_every_k=1", topology="centralized", budget=30)
+        lessons_requests = [r for r in server.requests if "Task: hivemind/lessons." in r.messages[0]["content"]]
     finally:
         server.stop()
+    # --reflection-model is the model the lessons are asked of
+    assert [r.body["model"] for r in lessons_requests] == [REFLECTION_ID]
     assert done.returncode == 0, done.stderr[-3000:]
     line = json.loads(done.stdout.strip().splitlines()[-1])
     assert line["status"] == "completed"
