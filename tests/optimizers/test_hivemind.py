@@ -121,14 +121,20 @@ def history(out: Path) -> list[dict[str, Any]]:
     return read_sealed(out / "optimization.json")["history"]
 
 
-def test_finds_the_marker_and_deploys_it(tmp_path: Path) -> None:
-    server = start_world(world="useful")
+def pair_job(out: Path, server: Any, **config: Any) -> dict[str, Any]:
+    """A hivemind job on ``server`` (stopped after it); by default a two-coder independent team
+    (4 coalitions: one cycle fits 28 rollouts)."""
     try:
-        out = tmp_path / "job"
-        result = run_job(world_job_config(out, server.base_url, method="hivemind", topology="independent",
-                                          team_size=2, budget=28), fast_runtime())
+        return run_job(world_job_config(out, server.base_url, **{
+            "method": "hivemind", "topology": "independent", "team_size": 2, "budget": 28, **config}),
+            fast_runtime())
     finally:
         server.stop()
+
+
+def test_finds_the_marker_and_deploys_it(tmp_path: Path) -> None:
+    out = tmp_path / "job"
+    result = pair_job(out, start_world(world="useful"))
     optimization = read_sealed(out / "optimization.json")
     cycle = optimization["history"][0]
     assert cycle["plan"] == "exact" and cycle["coalitions"] == 4 and cycle["target"] == "coder"
@@ -151,13 +157,8 @@ def test_finds_the_marker_and_deploys_it(tmp_path: Path) -> None:
 
 
 def test_useless_reflection_keeps_the_seed(tmp_path: Path) -> None:
-    server = start_world(world="useless")
-    try:
-        out = tmp_path / "job"
-        result = run_job(world_job_config(out, server.base_url, method="hivemind", topology="independent",
-                                          team_size=2, budget=28), fast_runtime())
-    finally:
-        server.stop()
+    out = tmp_path / "job"
+    result = pair_job(out, start_world(world="useless"))
     optimization = read_sealed(out / "optimization.json")
     assert [row["accepted"] for row in optimization["history"]] == [False]
     assert optimization["incumbent_candidate"]["id"] == optimization["seed_candidate"]["id"]
@@ -190,15 +191,9 @@ def blocked_world(**options: Any) -> Any:
 
 
 def test_shapley_values_single_out_the_blocking_role(tmp_path: Path) -> None:
-    server = blocked_world()
-    try:
-        out = tmp_path / "job"
-        result = run_job(world_job_config(out, server.base_url, method="hivemind", topology="centralized",
-                                          team_size=4, budget=20,
-                                          method_params={"coalition_batch": 2, "acceptance_batch": 2}),
-                         fast_runtime())
-    finally:
-        server.stop()
+    out = tmp_path / "job"
+    result = pair_job(out, blocked_world(), topology="centralized", team_size=4, budget=20,
+                      method_params={"coalition_batch": 2, "acceptance_batch": 2})
     cycle = history(out)[0]
     assert cycle["worth"]["{}"] == 1.0 and cycle["worth"]["{analyzer_worker,coder_worker,tester_worker}"] == 0.0
     assert cycle["shapley"] == pytest.approx({"analyzer_worker": 0.0, "coder_worker": 0.0, "tester_worker": -1.0})
