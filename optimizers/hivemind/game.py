@@ -36,6 +36,10 @@ class TeamGame:
         """The role prompts of the team, in acting order (each once)."""
         return tuple(dict.fromkeys(agent.role for agent in self.roster.agents))
 
+    def scored_prompts(self) -> frozenset[str]:
+        """The prompts that get a Shapley value (run by at least one player; not the manager's)."""
+        return frozenset(agent.role for agent in self.roster.maskable)
+
     def active_for(self, coalition: Coalition) -> tuple[str, ...] | None:
         """The mask that runs ``coalition``; None for the grand coalition (the unmasked team)."""
         if coalition == self.grand:

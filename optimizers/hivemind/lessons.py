@@ -76,11 +76,16 @@ def _render(cases: Sequence[Case], title: str) -> str:
     return f"## {title}\n" + "\n\n".join(blocks)
 
 
+WEAKEST = ("Its weakest contributor in recent runs is the `{role}` role (measured by Shapley value: what the "
+           "team gains when this role's agents take part).")
+ROTATION = "This cycle refines the `{role}` role, which leads the team and is always part of it."
+
+
 def lessons_prompt(*, role: str, team: str, prompt: str, winning: Sequence[Case], losing: Sequence[Case],
-                   fewest: int, most: int) -> str:
+                   fewest: int, most: int, why: str = WEAKEST) -> str:
+    """The request for lessons; ``why`` says why this role was chosen (``WEAKEST`` or ``ROTATION``)."""
     return "\n\n".join([
-        f"The team is {team}. Its weakest contributor in recent runs is the `{role}` role (measured by "
-        "Shapley value: what the team gains when this agent takes part).",
+        f"The team is {team}. " + why.format(role=role),
         f"## The `{role}` role's current prompt\n{prompt}",
         _render(losing, "Losing cases (the team failed)"),
         _render(winning, "Winning cases (the team succeeded)"),

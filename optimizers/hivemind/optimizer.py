@@ -33,7 +33,14 @@ from optimizers.base import OptimizationResult, OptimizeContext, Optimizer
 from optimizers.candidate import Candidate
 from optimizers.evaluator import Rollout
 from optimizers.hivemind.game import TeamGame, coalition_label
-from optimizers.hivemind.lessons import cases_of, lessons_prompt, parse_lessons, with_lessons
+from optimizers.hivemind.lessons import (
+    ROTATION,
+    WEAKEST,
+    cases_of,
+    lessons_prompt,
+    parse_lessons,
+    with_lessons,
+)
 from optimizers.hivemind.shapley import Coalition, CoalitionPlan, plan_coalitions
 from optimizers.reflection import ReflectionModel, RolloutGuard, mean_score, params_from, team_description
 from optimizers.registry import register_optimizer
@@ -230,8 +237,10 @@ class _Run:
         p = self.params
         winning, losing = cases_of([r for r in full_runs if r.usable], target, fail_below=p.fail_below,
                                    max_cases=p.max_cases)
+        why = WEAKEST if target in self.game.scored_prompts() else ROTATION
         prompt = lessons_prompt(role=target, team=self.team, prompt=current.components[f"role/{target}"],
-                                winning=winning, losing=losing, fewest=p.min_new_lessons, most=p.max_new_lessons)
+                                winning=winning, losing=losing, fewest=p.min_new_lessons, most=p.max_new_lessons,
+                                why=why)
         reply = await self.reflection.ask(prompt, purpose="lessons", temperature=p.reflection_temperature,
                                           top_p=p.reflection_top_p)
         known = set(self.lessons[target])
