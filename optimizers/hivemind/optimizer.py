@@ -192,7 +192,7 @@ class _Run:
             return current
         val_ids = self.val_rows.take(accept)
         current_runs, candidate_runs = await asyncio.gather(
-            self._run(current, val_ids, "val"), self._run(candidate, val_ids, "val"))
+            self._run(current, val_ids, "val", number), self._run(candidate, val_ids, "val", number))
         current_score, candidate_score = mean_score(current_runs), mean_score(candidate_runs)
         accepted = current_score is not None and candidate_score is not None and candidate_score > current_score
         row.update(val_ids=val_ids, current_val_score=current_score, candidate_val_score=candidate_score,
@@ -210,7 +210,8 @@ class _Run:
     ) -> tuple[dict[Coalition, float], list[Rollout]]:
         """Run every coalition of the plan on the batch (masked team runs); worth = mean score."""
         runs = await asyncio.gather(*(
-            self._run(current, train_ids, "train", active=self.game.active_for(c)) for c in plan.coalitions))
+            self._run(current, train_ids, "train", self.cycles, active=self.game.active_for(c))
+            for c in plan.coalitions))
         worth: dict[Coalition, float] = {}
         full: list[Rollout] = []
         for coalition, rollouts in zip(plan.coalitions, runs, strict=True):
@@ -253,9 +254,12 @@ class _Run:
         seed_prompt = self.seed.components[f"role/{target}"]
         return current.with_component(f"role/{target}", with_lessons(seed_prompt, kept))
 
-    async def _run(self, candidate: Candidate, ids: Sequence[str], phase: str,
+    async def _run(self, candidate: Candidate, ids: Sequence[str], phase: str, cycle: int,
                    active: Sequence[str] | None = None) -> list[Rollout]:
-        rollouts = await self.ctx.evaluator.evaluate(candidate, ids, phase=phase, active=active)
+        """Fresh samples every cycle (``sample`` = cycle - 1), as online optimization observes the
+        team anew: nothing is served from an earlier cycle's cache, so every cycle spends what
+        its size says and the loop always ends."""
+        rollouts = await self.ctx.evaluator.evaluate(candidate, ids, phase=phase, sample=cycle - 1, active=active)
         self.guard.check(rollouts)
         return rollouts
 

@@ -234,3 +234,32 @@ def test_cli_centralized_end_to_end(tmp_path: Path) -> None:
     assert run.summary["budget/charged"] == 30
     assert run.summary["usage/reflection/calls"] == 1 and run.summary["usage/reflection/prompt_tokens"] > 0
     assert run.summary["hivemind/masked_rollouts"] > 0
+
+
+def test_cycles_sample_anew_until_the_budget_ends(tmp_path: Path) -> None:
+    out = tmp_path / "job"
+    pair_job(out, start_world(world="useless"), topology="single", team_size=1, budget=40)
+    optimization = read_sealed(out / "optimization.json")
+    # 18 + 18 rollouts, then the batches shrink to one problem each: 2 coalitions + 2 gate runs
+    assert [(row["coalition_batch"], row["acceptance_batch"]) for row in optimization["history"]] == [
+        (5, 4), (5, 4), (1, 1)]
+    assert optimization["budget"]["charged"] == 40 and optimization["stop_reason"] == "budget"
+    samples = {r["sample"] for r in read_jsonl(out / "optimization" / "rollouts.jsonl")}
+    assert samples == {0, 1, 2}  # every cycle observes the team anew, nothing is served from a cache
+
+
+def test_max_cycles_stops_the_search(tmp_path: Path) -> None:
+    out = tmp_path / "job"
+    pair_job(out, start_world(world="useless"), topology="single", team_size=1, budget=40,
+             method_params={"max_cycles": 1})
+    optimization = read_sealed(out / "optimization.json")
+    assert optimization["stop_reason"] == "max_cycles" and len(optimization["history"]) == 1
+
+
+def test_a_dead_reflection_model_invalidates_the_optimization(tmp_path: Path) -> None:
+    out = tmp_path / "job"
+    result = pair_job(out, start_world(world="broken"), topology="single", team_size=1, budget=40)
+    optimization = read_sealed(out / "optimization.json")
+    assert optimization["status"] == "failed" and optimization["failure_kind"] == "infrastructure_invalid"
+    assert "reflection model failed 3 times" in optimization["error"]
+    assert result["selection"]["fallback_reason"] == "infrastructure_invalid_optimization"
