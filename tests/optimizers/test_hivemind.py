@@ -1,11 +1,11 @@
 """HiveMind: Shapley values (exact and Monte-Carlo) on known games, cycle sizing, lessons, and real
 jobs on the scripted world: it finds the marker and deploys it, keeps the seed when reflection is
-useless, singles out the one role that blocks the team, and runs end to end from the CLI."""
+useless, singles out the one role that blocks the team, stops on budget, max_cycles or a dead
+reflection model. The CLI and kill/resume runs are in test_hivemind_cli.py."""
 
 from __future__ import annotations
 
 import itertools
-import json
 import random
 from pathlib import Path
 from typing import Any
@@ -19,7 +19,7 @@ from optimizers.hivemind.shapley import exact_shapley, permutation_shapley, plan
 from optimizers.journal import read_jsonl, read_sealed
 from optimizers.protocol.job import run_job
 from optimizers.reflection import params_from
-from scripted_world import MARKER, REFLECTION_ID, fast_runtime, reflection_rule, run_cli, start_world, world_job_config
+from scripted_world import MARKER, fast_runtime, reflection_rule, start_world, world_job_config
 from topologies.teams.layouts import team_roster
 
 # ------------------------------------------------------------------------------------------------
@@ -205,35 +205,6 @@ def test_shapley_values_single_out_the_blocking_role(tmp_path: Path) -> None:
     assert MARKER in components["role/tester_worker"]
     assert all(MARKER not in text for key, text in components.items() if key != "role/tester_worker")
     assert result["selection"]["selected_candidate"] == "incumbent"
-
-
-def test_cli_centralized_end_to_end(tmp_path: Path) -> None:
-    from optimizers.protocol.tracking import offline_run_dirs, read_offline_run
-
-    server = start_world(world="useful")
-    try:
-        out = tmp_path / "job"
-        done = run_cli(server.base_url, out, "hivemind", "--dataset", "lcb", "--tracker", "wandb",
-                       "method.manager_every_k=1", topology="centralized", budget=30)
-        lessons_requests = [r for r in server.requests if "Task: hivemind/lessons." in r.messages[0]["content"]]
-    finally:
-        server.stop()
-    # --reflection-model is the model the lessons are asked of
-    assert [r.body["model"] for r in lessons_requests] == [REFLECTION_ID]
-    assert done.returncode == 0, done.stderr[-3000:]
-    line = json.loads(done.stdout.strip().splitlines()[-1])
-    assert line["status"] == "completed"
-    result = read_sealed(out / "result.json")
-    optimization = result["optimization"]
-    assert optimization["budget"]["charged"] == 30 and optimization["stop_reason"] == "budget"
-    reflection = optimization["usage"]["reflection"]
-    assert reflection["calls"] == 1 and reflection["prompt_tokens"] > 0 and reflection["completion_tokens"] > 0
-    assert history(out)[0]["target"] == "manager"  # manager_every_k=1: every cycle targets the manager
-    assert line["deployed_mean"] > line["baseline_mean"]  # in this world only the manager's prompt matters
-    run = read_offline_run(offline_run_dirs(out)[0])
-    assert run.summary["budget/charged"] == 30
-    assert run.summary["usage/reflection/calls"] == 1 and run.summary["usage/reflection/prompt_tokens"] > 0
-    assert run.summary["hivemind/masked_rollouts"] > 0
 
 
 def test_cycles_sample_anew_until_the_budget_ends(tmp_path: Path) -> None:
