@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
+from functools import lru_cache
 
 from topologies.types import Agent, TeamRoster
 
@@ -173,6 +174,7 @@ def replica_label(topology: str, index: int) -> str:
     return _REPLICA_LABELS[topology].format(index)
 
 
+@lru_cache(maxsize=64)
 def team_roster(topology: str, team_size: int) -> TeamRoster:
     """Every agent of a team, in acting order (the names masks and traces use)."""
     check_topology(topology)
