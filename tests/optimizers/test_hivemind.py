@@ -209,7 +209,7 @@ def test_shapley_values_single_out_the_blocking_role(tmp_path: Path) -> None:
 
 def test_cycles_sample_anew_until_the_budget_ends(tmp_path: Path) -> None:
     out = tmp_path / "job"
-    pair_job(out, start_world(world="useless"), topology="single", team_size=1, budget=40)
+    pair_job(out, start_world(world="useless"), topology="single", team_size=1, budget=40, phase="optimize")
     optimization = read_sealed(out / "optimization.json")
     # 18 + 18 rollouts, then the batches shrink to one problem each: 2 coalitions + 2 gate runs
     assert [(row["coalition_batch"], row["acceptance_batch"]) for row in optimization["history"]] == [
@@ -222,7 +222,7 @@ def test_cycles_sample_anew_until_the_budget_ends(tmp_path: Path) -> None:
 def test_max_cycles_stops_the_search(tmp_path: Path) -> None:
     out = tmp_path / "job"
     pair_job(out, start_world(world="useless"), topology="single", team_size=1, budget=40,
-             method_params={"max_cycles": 1})
+             method_params={"max_cycles": 1}, phase="optimize")
     optimization = read_sealed(out / "optimization.json")
     assert optimization["stop_reason"] == "max_cycles" and len(optimization["history"]) == 1
 
@@ -234,3 +234,18 @@ def test_a_dead_reflection_model_invalidates_the_optimization(tmp_path: Path) ->
     assert optimization["status"] == "failed" and optimization["failure_kind"] == "infrastructure_invalid"
     assert "reflection model failed 3 times" in optimization["error"]
     assert result["selection"]["fallback_reason"] == "infrastructure_invalid_optimization"
+
+
+@pytest.mark.parametrize("topology", ["sequential", "decentralized"])
+def test_one_cycle_on_the_other_teams(topology: str, tmp_path: Path) -> None:
+    out = tmp_path / "job"
+    pair_job(out, start_world(world="useful"), topology=topology, team_size=2, budget=6, phase="optimize")
+    optimization = read_sealed(out / "optimization.json")
+    cycle = optimization["history"][0]
+    players = {"sequential": ["coder", "debugger"], "decentralized": ["peer0", "peer1"]}[topology]
+    assert (cycle["coalitions"], cycle["coalition_batch"], cycle["acceptance_batch"]) == (4, 1, 1)
+    assert sorted(cycle["shapley"]) == sorted(players)
+    assert optimization["budget"]["charged"] == 6 and optimization["stop_reason"] == "budget"
+    masked = [r for r in read_jsonl(out / "optimization" / "rollouts.jsonl") if "active" in r]
+    assert sorted(tuple(r["active"]) for r in masked) == [(), (players[0],), (players[1],)]
+    assert all(r["details"]["active_agents"] == r["active"] for r in masked)
