@@ -122,6 +122,7 @@ class OptimizeContext:
     # Receives every committed incumbent (candidate, the method's own score of it, charged
     # rollouts at commit); the job's learning curve listens. None: nobody listens.
     on_incumbent: Callable[[Candidate, float | None, int], None] | None = None
+    team: Any | None = None  # a topologies.types.TeamRoster: the agents (for masked runs); None: unknown
     rng: random.Random = field(init=False, repr=False)  # seeded by ``seed``; the method's only RNG
 
     def __post_init__(self) -> None:

@@ -11,7 +11,12 @@ the protocol promises around it:
 - a write-ahead journal (``attempts.jsonl``, ``rollouts.jsonl``, ``candidates.jsonl``) from which
   a restarted job rebuilds its cache: a finished rollout is never run again, and the budget is
   re-charged in request order as the (deterministic) optimizer asks for it again, so the resumed
-  run spends and ends exactly like an uninterrupted one.
+  run spends and ends exactly like an uninterrupted one;
+- masked runs (``active=``: only some of the team's agents act, e.g. for Shapley coalitions) are
+  charged rollouts like any other; the mask is part of the rollout key and of every journal line,
+  so a masked and an unmasked run of the same candidate never share a cache entry. The request
+  seed does not depend on the mask: coalitions of one candidate on one problem share their
+  randomness (common random numbers), so their value differences measure the agents.
 """
 
 from __future__ import annotations
@@ -53,9 +58,24 @@ class AttemptResult:
 
 @runtime_checkable
 class System(Protocol):
-    """Runs one attempt; must not raise for model or transport errors (report them instead)."""
+    """Runs one attempt; must not raise for model or transport errors (report them instead).
+
+    A system that can run masked teams sets ``supports_masks = True`` and accepts
+    ``active=<sorted agent names>`` (passed only for masked runs).
+    """
 
     async def run(self, candidate: Candidate, problem_id: str, *, seed: int, mode: str) -> AttemptResult: ...
+
+
+Mask = tuple[str, ...]  # the active agents of a masked run, sorted; None everywhere means "whole team"
+
+
+def normalize_mask(active: Collection[str] | None) -> Mask | None:
+    if active is None:
+        return None
+    if isinstance(active, str):
+        raise TypeError("active must be a collection of agent names, not one string")
+    return tuple(sorted(set(active)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +99,7 @@ class Rollout:
     attempts: int = 0
     cached: bool = False  # served again from this run's cache (never charged)
     latency_s: float = 0.0
+    active: Mask | None = None  # the agents that acted (a masked run); None: the whole team
 
     @property
     def usable(self) -> bool:
@@ -90,7 +111,7 @@ class Rollout:
 
     @property
     def key(self) -> RolloutKey:
-        return RolloutKey(self.candidate_id, self.problem_id, self.phase, self.sample)
+        return RolloutKey(self.candidate_id, self.problem_id, self.phase, self.sample, self.active)
 
     def to_dict(self, *, with_trace: bool = True) -> dict[str, Any]:
         return {
@@ -110,6 +131,7 @@ class Rollout:
             "charged": self.charged,
             "attempts": self.attempts,
             "latency_s": round(self.latency_s, 4),
+            **({"active": list(self.active)} if self.active is not None else {}),
         }
 
     @classmethod
@@ -131,7 +153,13 @@ class Rollout:
             charged=bool(data.get("charged", False)),
             attempts=int(data.get("attempts", 0)),
             latency_s=float(data.get("latency_s", 0.0)),
+            active=_mask_from(data),
         )
+
+
+def _mask_from(record: Mapping[str, Any]) -> Mask | None:
+    active = record.get("active")
+    return None if active is None else tuple(active)
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +168,7 @@ class RolloutKey:
     problem_id: str
     phase: str
     sample: int
+    active: Mask | None = None
 
 
 class Evaluator(Protocol):
@@ -148,7 +177,8 @@ class Evaluator(Protocol):
     budget: Budget
 
     async def evaluate(
-        self, candidate: Candidate, problem_ids: Sequence[str], *, phase: str = "train", sample: int = 0
+        self, candidate: Candidate, problem_ids: Sequence[str], *, phase: str = "train", sample: int = 0,
+        active: Collection[str] | None = None,
     ) -> list[Rollout]: ...
 
 
@@ -174,6 +204,7 @@ def rollout_from_attempt(
         phase=key.phase,
         sample=key.sample,
         seed=seed,
+        active=key.active,
         status=outcome,
         score=float(result.score) if outcome.charged else 0.0,
         feedback=feedback,
@@ -217,7 +248,8 @@ async def run_with_retries(
     latency_total = 0.0
     while True:
         started = time.monotonic()
-        result = await system.run(candidate, key.problem_id, seed=seed, mode=mode)
+        masked = {"active": key.active} if key.active is not None else {}
+        result = await system.run(candidate, key.problem_id, seed=seed, mode=mode, **masked)
         latency = time.monotonic() - started
         latency_total += latency
         outcome = outcome_of(result)
@@ -234,6 +266,7 @@ async def run_with_retries(
                 "problem_id": key.problem_id,
                 "phase": key.phase,
                 "sample": key.sample,
+                **({"active": list(key.active)} if key.active is not None else {}),
                 "seed": seed,
                 "mode": mode,
                 "attempt_index": attempt,
@@ -265,6 +298,7 @@ def final_attempt_record(rollout: Rollout, mode: str, *, repaired: bool = False)
         "problem_id": rollout.problem_id,
         "phase": rollout.phase,
         "sample": rollout.sample,
+        **({"active": list(rollout.active)} if rollout.active is not None else {}),
         "seed": rollout.seed,
         "mode": mode,
         "attempt_index": rollout.attempts - 1,
@@ -356,7 +390,8 @@ class BudgetedEvaluator:
             self._journaled[rollout.key] = rollout
         finals: set[RolloutKey] = set()
         for record in read_jsonl(self.journal.attempts):
-            key = RolloutKey(record["candidate_id"], record["problem_id"], record["phase"], int(record["sample"]))
+            key = RolloutKey(record["candidate_id"], record["problem_id"], record["phase"], int(record["sample"]),
+                             _mask_from(record))
             if record.get("final"):
                 finals.add(key)
             elif record.get("outcome") == Outcome.INFRASTRUCTURE_FAILURE.value:
@@ -395,13 +430,18 @@ class BudgetedEvaluator:
         self._observers.append(observer)
 
     async def evaluate(
-        self, candidate: Candidate, problem_ids: Sequence[str], *, phase: str = "train", sample: int = 0
+        self, candidate: Candidate, problem_ids: Sequence[str], *, phase: str = "train", sample: int = 0,
+        active: Collection[str] | None = None,
     ) -> list[Rollout]:
         """Score ``candidate`` on each problem; results in the order of ``problem_ids``.
 
         Budget slots are reserved in request order before anything runs, so which requests get
-        executed when the budget runs out is deterministic.
+        executed when the budget runs out is deterministic. ``active`` runs the team masked: only
+        those agents act (charged like any rollout; its own cache entry).
         """
+        mask = normalize_mask(active)
+        if mask is not None and not getattr(self.system, "supports_masks", False):
+            raise ValueError(f"{type(self.system).__name__} cannot run masked teams")
         ids = [str(i) for i in problem_ids]
         if len(set(ids)) != len(ids):
             raise ValueError("duplicate problem ids in one evaluate call")
@@ -411,7 +451,7 @@ class BudgetedEvaluator:
         self._note_candidate(candidate)
         waits: list[asyncio.Future[Rollout] | Rollout] = []
         for problem_id in ids:
-            waits.append(self._request(candidate, RolloutKey(candidate.id, problem_id, phase, sample)))
+            waits.append(self._request(candidate, RolloutKey(candidate.id, problem_id, phase, sample, mask)))
         results: list[Rollout] = []
         for item in waits:
             results.append(await item if isinstance(item, asyncio.Future) else item)
@@ -488,6 +528,7 @@ class BudgetedEvaluator:
             phase=key.phase,
             sample=key.sample,
             seed=self._seed_for(key.phase, key.candidate_id, key.problem_id, key.sample),
+            active=key.active,
             status=Outcome.BUDGET_EXHAUSTED,
             score=0.0,
             feedback="not run: the rollout budget is exhausted",

@@ -117,6 +117,47 @@ def finish_reason_of(reply: Any) -> str | None:
 
 
 @dataclass(frozen=True, slots=True)
+class Agent:
+    """One agent of a team: its name in traces and masks, and the role prompt it runs with.
+
+    Role-based teams have one agent per role (``analyzer``, ``manager``); replica teams run one
+    shared role prompt in several agents (``coder#0`` ... of role ``coder``).
+    """
+
+    name: str
+    role: str
+
+
+@dataclass(frozen=True, slots=True)
+class TeamRoster:
+    """Who is on a team, in acting order, and which agents a mask may leave out.
+
+    A masked run (``run_team(..., active=...)``) runs only the named agents; the agents in
+    ``always_active`` (the centralized manager) cannot be masked, because the team does not exist
+    without them.
+    """
+
+    topology: str
+    team_size: int
+    agents: tuple[Agent, ...]
+    always_active: frozenset[str] = frozenset()
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(agent.name for agent in self.agents)
+
+    @property
+    def maskable(self) -> tuple[Agent, ...]:
+        return tuple(agent for agent in self.agents if agent.name not in self.always_active)
+
+    def role_of(self, name: str) -> str:
+        for agent in self.agents:
+            if agent.name == name:
+                return agent.role
+        raise KeyError(f"no agent {name!r} on this {self.topology} team; agents: {', '.join(self.names)}")
+
+
+@dataclass(frozen=True, slots=True)
 class Message:
     """One source-tagged message of a trajectory (for traces and reflective optimizers)."""
 

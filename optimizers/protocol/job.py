@@ -305,6 +305,7 @@ class Job:
             method_params=dict(cfg.method_params),
             reflection_decoding=cfg.reflection_decoding,
             on_incumbent=on_incumbent,
+            team=_team_roster(self.base_spec),
         )
         _log(cfg, f"optimizing {cfg.method} on {registry_key(cfg)} model={cfg.model.id} seed={cfg.seed} "
                   f"B={cfg.budget}" + (f" (resuming: {resumed} finished rollouts in the journal)" if resumed else ""))
@@ -633,6 +634,12 @@ def _client_usage(client: Any) -> dict[str, int] | None:
         for key in ("calls", "prompt_tokens", "completion_tokens", "tool_calls"):
             total[key] = total.get(key, 0) + int(getattr(usage, key, 0))
     return total
+
+
+def _team_roster(spec: Any) -> Any:
+    from topologies.teams.layouts import team_roster
+
+    return team_roster(spec.topology, spec.team_size)
 
 
 def _tracking_observer(tracker: Tracker) -> Callable[[Rollout, Budget], None]:

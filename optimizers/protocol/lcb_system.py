@@ -8,9 +8,9 @@ never hidden-test content) plus what the team itself reported (no code, a team e
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, ClassVar
 
 from lcb.problem import Problem
 from lcb.verdict import Outcome as TestOutcome
@@ -105,6 +105,7 @@ class LcbTeamSystem:
     optimize_max_tests: int | None = 3
     run_team: TeamRunner | None = None  # default: topologies.teams.run_team
     grade: Grader | None = None  # default: lcb.grading.agrade
+    supports_masks: ClassVar[bool] = True  # run_team runs masked teams (``active=``)
 
     def _decoding(self, mode: str, seed: int) -> Decoding:
         base = self.optimize_decoding if mode == MODE_OPTIMIZE else self.eval_decoding
@@ -113,19 +114,25 @@ class LcbTeamSystem:
     def _max_tests(self, mode: str) -> int | None:
         return self.optimize_max_tests if mode == MODE_OPTIMIZE else None
 
-    async def run(self, candidate: Candidate, problem_id: str, *, seed: int, mode: str) -> AttemptResult:
+    async def run(
+        self, candidate: Candidate, problem_id: str, *, seed: int, mode: str, active: Collection[str] | None = None
+    ) -> AttemptResult:
         if mode not in (MODE_OPTIMIZE, MODE_EVALUATE):
             raise ValueError(f"unknown mode {mode!r}")
         problem = self.problem(problem_id)
         spec = apply_candidate(self.base_spec, candidate)
         run_team = self.run_team or _default_run_team()
-        trajectory = await run_team(spec, problem, self.client, decoding=self._decoding(mode, seed), seed=seed)
+        masked = {"active": active} if active is not None else {}
+        trajectory = await run_team(spec, problem, self.client, decoding=self._decoding(mode, seed), seed=seed,
+                                    **masked)
         usage = _usage(trajectory)
         details: dict[str, Any] = {
             "extraction_rule": trajectory.extraction_rule,
             "usage_by_role": {role: _usage_dict(u) for role, u in trajectory.usage_by_role.items()},
             "replies_by_role": replies_by_role(trajectory),
         }
+        if "active_agents" in trajectory.extras:  # the team's own record of who acted
+            details["active_agents"] = list(trajectory.extras["active_agents"])
         if trajectory.error_kind is ErrorKind.INFRASTRUCTURE:
             return AttemptResult(
                 score=0.0,

@@ -67,6 +67,9 @@ def reflection_reply(method: str, purpose: str, prompt: str, *, useful: bool) ->
         ("tavo", "aggregate"): lambda: json.dumps({"add": [rule], "remove": [], "restructure": []}),
         ("tavo", "rewrite"): lambda: _fenced(_instruction(useful)),
         ("tavo", "overlay"): lambda: json.dumps({"rules": [rule, "State the algorithm before coding."]}),
+        ("hivemind", "lessons"): lambda: "Here is what the role should learn:\n<lessons>\n"
+                                         f"- {rule}\n- State the algorithm before coding.\n"
+                                         "- Re-read the input format.\n</lessons>",
     }
     make = replies.get((method, purpose))
     return make() if make is not None else None
@@ -86,19 +89,13 @@ def _conversation_text(request: Any) -> str:
     return "\n".join(parts)
 
 
-def world_script(
-    *, world: str = "useful", seed_solves: Iterable[str] = (), latency_s: float = 0.0
-) -> Any:
-    """The Script for a scripted server (``world``: useful | useless | broken)."""
+def reflection_rule(world: str = "useful", *, latency_s: float = 0.0) -> Any:
+    """The scripted reflection model as a rule (it answers reflection requests only)."""
     from optimizers.reflection import REFLECTION_SYSTEM
-    from topologies.scripted import FunctionRule, Script, builtin_answers
+    from topologies.scripted import FunctionRule
 
     if world not in WORLDS:
         raise ValueError(f"world must be one of {WORLDS}")
-    useful = world == "useful"
-    solved = frozenset(seed_solves)
-    answer = builtin_answers(lambda request, problem_id: MARKER in request.system or problem_id in solved,
-                             text=_conversation_text)
 
     def reflect(request: Any) -> str | None:
         if REFLECTION_SYSTEM not in request.system:
@@ -106,7 +103,21 @@ def world_script(
         tag = _TASK_TAG.search(request.system)
         if tag is None or world == "broken":
             return None  # no rule answers: the server replies HTTP 400
-        return reflection_reply(tag.group(1), tag.group(2), request.last_user, useful=useful)
+        return reflection_reply(tag.group(1), tag.group(2), request.last_user, useful=world == "useful")
+
+    return FunctionRule("reflect", reflect, latency_s=latency_s)
+
+
+def world_script(
+    *, world: str = "useful", seed_solves: Iterable[str] = (), latency_s: float = 0.0
+) -> Any:
+    """The Script for a scripted server (``world``: useful | useless | broken)."""
+    from optimizers.reflection import REFLECTION_SYSTEM
+    from topologies.scripted import FunctionRule, Script, builtin_answers
+
+    solved = frozenset(seed_solves)
+    answer = builtin_answers(lambda request, problem_id: MARKER in request.system or problem_id in solved,
+                             text=_conversation_text)
 
     def solve(request: Any) -> str | None:
         if REFLECTION_SYSTEM in request.system:
@@ -114,7 +125,7 @@ def world_script(
         return answer(request)
 
     return Script(
-        [FunctionRule("reflect", reflect, latency_s=latency_s), FunctionRule("solve", solve, latency_s=latency_s)],
+        [reflection_rule(world, latency_s=latency_s), FunctionRule("solve", solve, latency_s=latency_s)],
         default=None,
     )
 
@@ -154,12 +165,13 @@ def start_world(**options: Any) -> Any:
     return ScriptedServer(world_script(**options)).start()
 
 
-def run_cli(base_url: str, out: Path, method: str, *extra: str, budget: int = 30, timeout_s: float = 300) -> Any:
+def run_cli(base_url: str, out: Path, method: str, *extra: str, budget: int = 30, timeout_s: float = 300,
+            topology: str = "single") -> Any:
     """``python -m optimizers.protocol.run`` on built-in data against the scripted server."""
     import subprocess
 
     command = [
-        sys.executable, "-m", "optimizers.protocol.run", "--method", method, "--topology", "single",
+        sys.executable, "-m", "optimizers.protocol.run", "--method", method, "--topology", topology,
         "--model", MODEL_ID, "--seed", "0", "--out", str(out), "--budget", str(budget), "--data", "builtin",
         "--allow-any-cell", "--task-endpoints", base_url, "--reflection-model", REFLECTION_ID,
         "--reflection-endpoints", base_url, "--quiet", *extra,

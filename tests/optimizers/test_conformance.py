@@ -60,8 +60,9 @@ def without_call_origin(value: Any) -> Any:
     return value
 
 
-def charged_keys(out: Path) -> list[tuple[str, str, str, int]]:
-    return [(a["candidate_id"], a["problem_id"], a["phase"], a["sample"])
+def charged_keys(out: Path) -> list[tuple[str, str, str, int, str]]:
+    # A masked run (only some agents active) is a rollout of its own: the mask is part of the key.
+    return [(a["candidate_id"], a["problem_id"], a["phase"], a["sample"], json.dumps(a.get("active")))
             for a in read_jsonl(out / "optimization" / "attempts.jsonl") if a["charged"]]
 
 

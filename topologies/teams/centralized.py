@@ -100,18 +100,22 @@ def make_delegate(ctx: RunContext, worker: Worker, worker_index: int, counts: di
     return delegate
 
 
+def active_workers(ctx: RunContext) -> tuple[tuple[int, Worker], ...]:
+    """(team index, worker) of the workers in this run; masked workers do not exist for it."""
+    return tuple((i, w) for i, w in enumerate(centralized_workers(ctx.spec.team_size)) if ctx.is_active(w.role))
+
+
 def manager_tools(ctx: RunContext, counts: dict[str, int]) -> ToolBox:
-    workers = centralized_workers(ctx.spec.team_size)
     delegates = [
         delegate_tool(w.tool_name, f"Delegate a task to {w.role}, who {w.job}. Returns its report.",
                       make_delegate(ctx, w, i, counts))
-        for i, w in enumerate(workers)
+        for i, w in active_workers(ctx)
     ]
     return toolbox(python_exec_tool(ctx.limits.tool_timeout_s), *delegates)
 
 
 def manager_prompt(ctx: RunContext) -> str:
-    note = notes.manager_note(centralized_workers(ctx.spec.team_size), ctx.spec.max_turns)
+    note = notes.manager_note([w for _, w in active_workers(ctx)], ctx.spec.max_turns)
     return notes.compose(ctx.role_prompt(MANAGER), note, format_contract_for(ctx),
                          output_contract_for(ctx, finishing_note=FINISHING_NOTE))
 

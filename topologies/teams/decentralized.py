@@ -12,6 +12,7 @@ from typing import Any, TypedDict
 
 from topologies.formats import render_handoffs
 from topologies.teams import notes
+from topologies.teams.layouts import replica_label
 from topologies.teams.replicas import Standing, guarded_turn, vote_result
 from topologies.teams.session import (
     AgentSession,
@@ -38,12 +39,17 @@ class State(TypedDict, total=False):
 
 
 def label(index: int) -> str:
-    return f"peer{index}"
+    return replica_label("decentralized", index)
+
+
+def active_indices(ctx: RunContext) -> tuple[int, ...]:
+    """The peers that debate in this run (all of them unless the run is masked)."""
+    return tuple(i for i in range(ctx.spec.team_size) if ctx.is_active(label(i)))
 
 
 def new_session(ctx: RunContext, index: int) -> AgentSession:
     limits = ctx.limits
-    note = notes.debater_note(ctx.spec.team_size, ctx.spec.rounds, limits.peer_calls)
+    note = notes.debater_note(len(active_indices(ctx)), ctx.spec.rounds, limits.peer_calls)
     system = notes.compose(ctx.role_prompt(ROLE), note, format_contract_for(ctx), output_contract_for(ctx))
     session = ctx.session(ROLE, agent=label(index), system_prompt=system,
                           decoding=ctx.agent_decoding(index, replica=True))
@@ -62,13 +68,18 @@ def peer_answers(ctx: RunContext, standings: tuple[Standing, ...], index: int) -
 async def debate_round(state: State, runtime: Any) -> State:
     ctx: RunContext = runtime.context
     number = state.get("round", 0)
-    sessions = state.get("sessions") or tuple(new_session(ctx, i) for i in range(ctx.spec.team_size))
+    # One session per active peer; ``sessions``, ``standings`` and ``previous`` are aligned by
+    # position, while ``Standing.index`` keeps the peer's team index (its seed and label).
+    sessions = state.get("sessions")
+    if sessions is None:
+        sessions = tuple(new_session(ctx, i) for i in active_indices(ctx))
     previous = state.get("standings")
     tools = toolbox(python_exec_tool(ctx.limits.tool_timeout_s))
+    indices = active_indices(ctx)
 
-    async def turn(index: int) -> Standing:
-        session = sessions[index]
-        before = previous[index] if previous else None
+    async def turn(position: int) -> Standing:
+        session, index = sessions[position], indices[position]
+        before = previous[position] if previous else None
         if before is not None and before.status in ("timeout", "model_error"):
             return before  # sat out: keeps its last answer
         if previous is not None:

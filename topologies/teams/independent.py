@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any, TypedDict
 
 from topologies.teams import notes
+from topologies.teams.layouts import replica_label
 from topologies.teams.replicas import Standing, guarded_turn, vote_result
 from topologies.teams.session import (
     RunContext,
@@ -30,13 +31,18 @@ class State(TypedDict, total=False):
 
 
 def label(index: int) -> str:
-    return f"{ROLE}#{index}"
+    return replica_label("independent", index)
+
+
+def active_indices(ctx: RunContext) -> tuple[int, ...]:
+    """The coders that act in this run (all of them unless the run is masked)."""
+    return tuple(i for i in range(ctx.spec.team_size) if ctx.is_active(label(i)))
 
 
 async def coder(ctx: RunContext, index: int) -> Standing:
     limits = ctx.limits
     decoding = ctx.agent_decoding(index, replica=True)
-    note = notes.independent_note(ctx.spec.team_size, limits.coder_calls)
+    note = notes.independent_note(len(active_indices(ctx)), limits.coder_calls)
     system = notes.compose(ctx.role_prompt(ROLE), note, format_contract_for(ctx), output_contract_for(ctx))
     session = ctx.session(ROLE, agent=label(index), system_prompt=system, decoding=decoding)
     session.add_user(ctx.question)
@@ -50,7 +56,7 @@ async def coder(ctx: RunContext, index: int) -> Standing:
 
 async def coders(state: State, runtime: Any) -> State:
     ctx: RunContext = runtime.context
-    standings = await gather_or_cancel(*(coder(ctx, i) for i in range(ctx.spec.team_size)))
+    standings = await gather_or_cancel(*(coder(ctx, i) for i in active_indices(ctx)))
     return {"standings": tuple(standings)}
 
 

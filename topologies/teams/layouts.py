@@ -6,8 +6,11 @@ This is the single source of truth for team composition (reference spec §5.2). 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
+from functools import lru_cache
+
+from topologies.types import Agent, TeamRoster
 
 TOPOLOGIES: tuple[str, ...] = ("single", "independent", "sequential", "centralized", "decentralized")
 
@@ -94,6 +97,11 @@ _SOLO_ROLE: Mapping[str, str] = {"single": "solver", "independent": "coder", "de
 HANDOFF_TOPOLOGIES: tuple[str, ...] = ("sequential", "centralized", "decentralized")
 
 
+# How a replica team names its agents in traces and masks (index from 0).
+_REPLICA_LABELS: Mapping[str, str] = {"independent": "coder#{}", "decentralized": "peer{}"}
+MANAGER_ROLE = "manager"
+
+
 class LayoutError(ValueError):
     """A topology or team size that no team is defined for."""
 
@@ -159,3 +167,38 @@ def answering_roles(topology: str, team_size: int) -> tuple[str, ...]:
         return tuple(s.role for s in sequential_stages(team_size) if s.writes_program)
     centralized_workers(team_size)  # validates the size
     return ("manager",)
+
+
+def replica_label(topology: str, index: int) -> str:
+    """The agent name of replica ``index`` of a replica team (``coder#2``, ``peer0``)."""
+    return _REPLICA_LABELS[topology].format(index)
+
+
+@lru_cache(maxsize=64)
+def team_roster(topology: str, team_size: int) -> TeamRoster:
+    """Every agent of a team, in acting order (the names masks and traces use)."""
+    check_topology(topology)
+    if topology == "single":
+        return TeamRoster(topology, 1, (Agent(_SOLO_ROLE["single"], _SOLO_ROLE["single"]),))
+    if topology in _REPLICA_LABELS:
+        role = role_names(topology, team_size)[0]
+        agents = tuple(Agent(replica_label(topology, i), role) for i in range(team_size))
+        return TeamRoster(topology, team_size, agents)
+    roles = role_names(topology, team_size)
+    fixed = frozenset({MANAGER_ROLE}) if topology == "centralized" else frozenset()
+    return TeamRoster(topology, team_size, tuple(Agent(role, role) for role in roles), fixed)
+
+
+def check_mask(roster: TeamRoster, active: Collection[str]) -> frozenset[str]:
+    """The active set of a masked run, validated against the team (``LayoutError`` if not valid)."""
+    if isinstance(active, str):
+        raise LayoutError("a mask is a collection of agent names, not one string")
+    chosen = frozenset(active)
+    unknown = sorted(chosen - set(roster.names))
+    if unknown:
+        raise LayoutError(f"mask names agents the {roster.topology} team does not have: {', '.join(unknown)}; "
+                          f"agents: {', '.join(roster.names)}")
+    missing = sorted(roster.always_active - chosen)
+    if missing:
+        raise LayoutError(f"the {roster.topology} team cannot run without {', '.join(missing)}")
+    return chosen

@@ -62,14 +62,20 @@ def sequential_note(stages: Sequence[Stage], index: int, max_calls: int) -> str:
 
 
 def manager_note(workers: Sequence[Worker], max_turns: int) -> str:
-    roster = "\n".join(f"- {w.tool_name}(instructions, code=\"\"): {w.role} — {w.job}" for w in workers)
+    if not workers:  # a masked run without workers: the manager is on its own
+        team = ["## Your team", "No workers are available in this run: you solve the problem yourself."]
+    else:
+        roster = "\n".join(f"- {w.tool_name}(instructions, code=\"\"): {w.role} — {w.job}" for w in workers)
+        team = [
+            "## Your team",
+            "You lead these workers; you reach each one only by calling its tool:",
+            roster,
+            "A worker sees only the problem statement and what you put in the call (instructions and "
+            "optional code, passed verbatim) — not this conversation. Its reply comes back to you as "
+            "the tool result. You can call several tools in one reply; they run concurrently.",
+        ]
     return "\n".join([
-        "## Your team",
-        "You lead these workers; you reach each one only by calling its tool:",
-        roster,
-        "A worker sees only the problem statement and what you put in the call (instructions and "
-        "optional code, passed verbatim) — not this conversation. Its reply comes back to you as "
-        "the tool result. You can call several tools in one reply; they run concurrently.",
+        *team,
         tools_line(True),
         f"You have at most {max_turns} turns (model calls). The run ends when you reply without "
         "calling a tool; that reply is your final answer.",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from functools import lru_cache
 from types import ModuleType
@@ -11,7 +11,7 @@ from typing import Any
 
 from lcb.problem import Problem
 from topologies.teams import centralized, decentralized, independent, sequential, single
-from topologies.teams.layouts import LayoutError, role_names
+from topologies.teams.layouts import LayoutError, check_mask, role_names, team_roster
 from topologies.teams.limits import TeamLimits
 from topologies.teams.session import RunContext, TeamResult
 from topologies.types import ChatClient, CommunicationFormat, Decoding, ModelCallError, TeamSpec, Trajectory
@@ -68,6 +68,7 @@ async def run_team(
     decoding: Decoding,
     seed: int = 0,
     limits: TeamLimits | None = None,
+    active: Collection[str] | None = None,
 ) -> Trajectory:
     """Run one team on one problem.
 
@@ -75,12 +76,19 @@ async def run_team(
     ``error_kind`` (``INFRASTRUCTURE`` means: retry the rollout, uncharged), and the best program
     the answering roles wrote so far is still salvaged. A spec no team can run raises
     ``LayoutError``.
+
+    ``active`` masks the team: only the named agents (``team_roster`` names) act, the others are
+    removed — a masked sequential stage passes its input through, a masked worker is not offered
+    to the manager, masked replicas neither answer nor vote; with no active agent a replica team
+    abstains without any model call. ``extras["active_agents"]`` records who was active.
     """
     validate_spec(spec)
     spec = spec if isinstance(spec.communication, CommunicationFormat) else _with_format(spec)
     team = TEAMS[spec.topology]
+    roster = team_roster(spec.topology, spec.team_size)
+    mask = None if active is None else check_mask(roster, active)
     ctx = RunContext(spec=spec, problem=problem, client=client, decoding=decoding, seed=seed,
-                     limits=limits or TeamLimits())
+                     limits=limits or TeamLimits(), active=mask)
     started = time.perf_counter()
     try:
         state = await _compiled(spec.topology, spec.team_size).ainvoke(
@@ -93,6 +101,8 @@ async def run_team(
     extras = {
         **result.extras,
         "calls_by_role": ctx.calls_by_role(),
+        "active_agents": [name for name in roster.names if ctx.is_active(name)],
+        "masked": mask is not None,
         "format": ctx.metrics.to_dict(),
         "team": {"topology": spec.topology, "team_size": spec.team_size, "rounds": spec.rounds,
                  "communication": spec.communication.value, "seed": seed},

@@ -46,7 +46,9 @@ class State(TypedDict, total=False):
 def stage_prompt(ctx: RunContext, stages: tuple[Stage, ...], index: int) -> str:
     stage = stages[index]
     contract = output_contract_for(ctx) if stage.writes_program else ""
-    note = notes.sequential_note(stages, index, ctx.limits.stage_calls)
+    # A masked run is the pipeline with the masked stages removed, and the note says so.
+    acting = tuple(s for s in stages if ctx.is_active(s.role))
+    note = notes.sequential_note(acting, acting.index(stage), ctx.limits.stage_calls)
     return notes.compose(ctx.role_prompt(stage.role), note, format_contract_for(ctx), contract)
 
 
@@ -64,6 +66,8 @@ def make_stage_node(stages: tuple[Stage, ...], index: int) -> Any:
 
     async def run_stage(state: State, runtime: Any) -> State:
         ctx: RunContext = runtime.context
+        if not ctx.is_active(stage.role):
+            return {"outputs": []}  # masked: the stage passes its input through unchanged
         outputs = sorted(state.get("outputs", []), key=lambda o: o.index)
         session = ctx.session(stage.role, agent=stage.role, system_prompt=stage_prompt(ctx, stages, index),
                               decoding=ctx.agent_decoding(index))

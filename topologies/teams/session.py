@@ -83,6 +83,7 @@ class RunContext:
     usage: dict[str, Usage] = field(default_factory=dict)
     metrics: FormatMetrics | None = None
     question: str = ""
+    active: frozenset[str] | None = None  # a masked run: only these agents act (None: everyone)
 
     def __post_init__(self) -> None:
         if self.metrics is None:
@@ -97,6 +98,10 @@ class RunContext:
         if replica and floor is not None and decoding.temperature < floor:
             decoding = replace(decoding, temperature=floor)
         return decoding
+
+    def is_active(self, agent: str) -> bool:
+        """Whether ``agent`` takes part in this run (a masked-out agent makes no model call)."""
+        return self.active is None or agent in self.active
 
     def role_prompt(self, role: str) -> str:
         return self.spec.roles.get(role, "")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, TypedDict
 
+from lcb.extract import Extraction
 from topologies.teams import notes
 from topologies.teams.session import (
     RunContext,
@@ -24,6 +25,8 @@ class State(TypedDict, total=False):
 
 async def solve(state: State, runtime: Any) -> State:
     ctx: RunContext = runtime.context
+    if not ctx.is_active(ROLE):  # masked out: the team abstains without a model call
+        return {"result": TeamResult("", Extraction(None, "none"), {"code_source": None, "capped": False})}
     limits = ctx.limits
     system = notes.compose(ctx.role_prompt(ROLE), notes.single_note(limits.solver_calls),
                            format_contract_for(ctx), output_contract_for(ctx))
