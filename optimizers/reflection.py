@@ -135,6 +135,7 @@ class ReflectionModel:
         purpose: str,
         temperature: float | None = None,
         max_tokens: int | None = None,
+        top_p: float | None = None,
     ) -> str | None:
         """The reply text, or None when the call failed (after the client's own retries)."""
         system = self.system_for(purpose)
@@ -148,7 +149,7 @@ class ReflectionModel:
                         failed=replay.reply is None)
             return replay.reply
         seed = logical_seed(self.method, self.seed, purpose, digest, occurrence)
-        decoding = self._decoding(temperature, max_tokens, seed)
+        decoding = self._decoding(temperature, max_tokens, seed, top_p)
         started = time.monotonic()
         reply: str | None = None
         error: str | None = None
@@ -201,12 +202,13 @@ class ReflectionModel:
         future = asyncio.run_coroutine_threadsafe(self.ask(prompt, purpose=purpose, **options), loop)
         return future.result()
 
-    def _decoding(self, temperature: float | None, max_tokens: int | None, seed: int) -> Any:
+    def _decoding(self, temperature: float | None, max_tokens: int | None, seed: int,
+                  top_p: float | None = None) -> Any:
         from topologies.types import Decoding
 
         return Decoding(
             temperature=float(self.decoding["temperature"] if temperature is None else temperature),
-            top_p=float(self.decoding["top_p"]),
+            top_p=float(self.decoding["top_p"] if top_p is None else top_p),
             max_tokens=int(self.decoding["max_tokens"] if max_tokens is None else max_tokens),
             seed=seed,
         )

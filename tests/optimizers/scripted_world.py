@@ -53,6 +53,7 @@ def reflection_reply(method: str, purpose: str, prompt: str, *, useful: bool) ->
     rule = MARKER if useful else "Write clean code."
     replies: dict[tuple[str, str], Any] = {
         ("gepa", "propose"): lambda: _fenced(_instruction(useful)),
+        ("mamut_gepa", "propose"): lambda: f"New prompt:\nBEGIN_PROMPT\n{_instruction(useful)}\nEND_PROMPT",
         ("mipro", "summary"): lambda: "Competitive programming problems: stdin/stdout programs and "
                                       "LeetCode-style class methods, graded by hidden tests.",
         ("mipro", "propose"): lambda: "Proposed instruction:\n" + _fenced(_instruction(useful)),
@@ -154,12 +155,13 @@ def start_world(**options: Any) -> Any:
     return ScriptedServer(world_script(**options)).start()
 
 
-def run_cli(base_url: str, out: Path, method: str, *extra: str, budget: int = 30, timeout_s: float = 300) -> Any:
+def run_cli(base_url: str, out: Path, method: str, *extra: str, budget: int = 30, timeout_s: float = 300,
+            topology: str = "single") -> Any:
     """``python -m optimizers.protocol.run`` on built-in data against the scripted server."""
     import subprocess
 
     command = [
-        sys.executable, "-m", "optimizers.protocol.run", "--method", method, "--topology", "single",
+        sys.executable, "-m", "optimizers.protocol.run", "--method", method, "--topology", topology,
         "--model", MODEL_ID, "--seed", "0", "--out", str(out), "--budget", str(budget), "--data", "builtin",
         "--allow-any-cell", "--task-endpoints", base_url, "--reflection-model", REFLECTION_ID,
         "--reflection-endpoints", base_url, "--quiet", *extra,
