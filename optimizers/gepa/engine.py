@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,11 +35,18 @@ from optimizers.reflection import ReflectionModel, RolloutGuard
 
 
 @dataclass(frozen=True, slots=True)
-class EngineLimits:
-    """When the engine must stop, beyond the job's budget (see ``GEPAWatch``)."""
+class EngineSettings:
+    """The engine knobs every method on it has (each method names them in its own yaml)."""
 
-    min_budget_for_iteration: int  # a parent and a child minibatch
-    plateau_patience: int | None
+    candidate_selection: str  # pareto | current_best | epsilon_greedy | top_k_pareto
+    module_selector: str  # round_robin | all
+    use_merge: bool
+    max_merge_invocations: int
+    reflection_minibatch_size: int
+    skip_perfect_score: bool
+    perfect_score: float
+    seed_offset: int  # added to the job seed
+    plateau_patience: int | None  # full validation evals without a new best; None: off
     metric_call_cap: int | None
     cap_stop_reason: str
     hard_metric_cap: bool  # True: refuse a batch that would cross the cap (not only between iterations)
@@ -121,36 +128,40 @@ class EngineProgress:
 class EngineRun:
     """Everything one method's run of the gepa engine needs besides its adapter."""
 
-    def __init__(self, method: str, seed: Candidate, keys: Sequence[str], *, val: Sequence[str],
-                 ctx: OptimizeContext, limits: EngineLimits) -> None:
+    def __init__(self, method: str, seed: Candidate, keys: Sequence[str], *, train: Sequence[str],
+                 val: Sequence[str], ctx: OptimizeContext, settings: EngineSettings) -> None:
         self.method = method
         self.ctx = ctx
+        self.seed = seed
         self.keys = tuple(keys)
+        self.train = list(train)
         self.val = list(val)
+        self.settings = settings
         self.watch = GEPAWatch(
             budget=ctx.budget,
-            min_budget_for_iteration=limits.min_budget_for_iteration,
-            plateau_patience=limits.plateau_patience,
-            metric_call_cap=limits.metric_call_cap,
-            max_idle_iterations=limits.max_idle_iterations,
-            cap_stop_reason=limits.cap_stop_reason,
-            hard_metric_cap=limits.hard_metric_cap,
+            min_budget_for_iteration=2 * settings.reflection_minibatch_size,  # a parent and a child minibatch
+            plateau_patience=settings.plateau_patience,
+            metric_call_cap=settings.metric_call_cap,
+            max_idle_iterations=settings.max_idle_iterations,
+            cap_stop_reason=settings.cap_stop_reason,
+            hard_metric_cap=settings.hard_metric_cap,
         )
         self.bridge = LoopBridge(asyncio.get_running_loop(), self.watch)
         self.book = CandidateBook(seed=seed, keys=self.keys)
-        self.book.candidate(self.seed_texts(seed))
+        self.book.candidate(self.seed_texts())
         self.reflection = ReflectionModel.from_context(ctx, method)
-        self.guard = RolloutGuard(method, limits.max_unusable_rollouts)
+        self.guard = RolloutGuard(method, settings.max_unusable_rollouts)
         self.progress = EngineProgress(method, ctx, self.book, self.watch, self.bridge, val)
         ctx.workdir.mkdir(parents=True, exist_ok=True)
         self.engine_log = _EngineLog(JsonlJournal(ctx.workdir / f"{method}_engine.jsonl"))
         self.engine_best: int | None = None
 
-    def seed_texts(self, seed: Candidate) -> dict[str, str]:
-        return {k: seed.components[k] for k in self.keys}
+    def seed_texts(self) -> dict[str, str]:
+        return {k: self.seed.components[k] for k in self.keys}
 
-    async def run(self, start_engine: Callable[[], Any]) -> None:
-        """Run ``start_engine`` (a blocking ``gepa.optimize`` call) in a worker thread.
+    async def run(self, adapter: Any, **method_options: Any) -> None:
+        """Run ``gepa.optimize`` over ``adapter`` in a worker thread (``method_options``: the
+        method's own engine arguments, e.g. its reflection LM and templates).
 
         Nothing runs when not even the seed's validation pass fits in the budget. A fatal
         condition the adapter noted (infrastructure, dead reflection model) is raised as
@@ -160,6 +171,34 @@ class EngineRun:
         if self.ctx.budget.remaining < len(self.val):
             self.watch.stop_reason = STOP_BUDGET
             return
+        from gepa import optimize as gepa_optimize
+
+        settings = self.settings
+
+        def start_engine() -> Any:
+            return gepa_optimize(
+                seed_candidate=self.seed_texts(),
+                trainset=self.train,
+                valset=self.val,
+                adapter=adapter,
+                candidate_selection_strategy=settings.candidate_selection,
+                skip_perfect_score=settings.skip_perfect_score,
+                perfect_score=settings.perfect_score,
+                reflection_minibatch_size=settings.reflection_minibatch_size,
+                module_selector=settings.module_selector,
+                use_merge=settings.use_merge,
+                max_merge_invocations=settings.max_merge_invocations,
+                seed=self.ctx.seed + settings.seed_offset,
+                stop_callbacks=[self.watch],
+                logger=self.engine_log,
+                callbacks=[self.progress],
+                run_dir=None,  # gepa would pickle its state there; we resume by replay instead
+                track_best_outputs=False,
+                display_progress_bar=False,
+                raise_on_exception=True,
+                **method_options,
+            )
+
         engine_error: BaseException | None = None
         try:
             result = await asyncio.to_thread(start_engine)
@@ -176,18 +215,6 @@ class EngineRun:
             raise OptimizerInfrastructureError(str(self.watch.fatal)) from self.watch.fatal
         if engine_error is not None:
             raise engine_error
-
-    def engine_options(self) -> dict[str, Any]:
-        """The ``gepa.optimize`` arguments every method passes the same way."""
-        return {
-            "stop_callbacks": [self.watch],
-            "logger": self.engine_log,
-            "callbacks": [self.progress],
-            "run_dir": None,  # gepa would pickle its state there; we resume by replay instead
-            "track_best_outputs": False,
-            "display_progress_bar": False,
-            "raise_on_exception": True,
-        }
 
     def metadata(self, params: Any) -> dict[str, Any]:
         """What every method on the engine reports (the method adds its own keys)."""
@@ -207,6 +234,18 @@ class EngineRun:
             "reflection": self.reflection.usage(),
             "params": params_dict(params),
         }
+
+
+# Engine knobs that GEPA and MAMUT-GEPA name alike in their yaml (yaml name -> EngineSettings field).
+_SHARED_KNOBS = {"use_merge": "use_merge", "max_merge_invocations": "max_merge_invocations",
+                 "reflection_minibatch_size": "reflection_minibatch_size", "skip_perfect_score": "skip_perfect_score",
+                 "perfect_score": "perfect_score", "seed": "seed_offset", "early_stop_patience": "plateau_patience",
+                 "max_idle_iterations": "max_idle_iterations", "max_unusable_rollouts": "max_unusable_rollouts"}
+
+
+def shared_knobs(params: Any) -> dict[str, Any]:
+    """The ``EngineSettings`` fields a method's params give under the shared knob names."""
+    return {field: getattr(params, knob) for knob, field in _SHARED_KNOBS.items()}
 
 
 def params_dict(params: Any) -> dict[str, Any]:

@@ -29,7 +29,7 @@ from typing import Any
 from optimizers.base import OptimizationResult, OptimizeContext, Optimizer
 from optimizers.candidate import PROTOCOL_PREFIX, ROLE_PREFIX, Candidate
 from optimizers.gepa.adapter import STOP_MAX_FULL_EVALS, GEPAReflectionLM, LcbGEPAAdapter, reflection_templates
-from optimizers.gepa.engine import EngineLimits, EngineRun, component_keys
+from optimizers.gepa.engine import EngineRun, EngineSettings, component_keys, shared_knobs
 from optimizers.reflection import params_from
 from optimizers.registry import register_optimizer
 
@@ -81,43 +81,20 @@ class GEPAOptimizer(Optimizer):
         self, seed: Candidate, *, train: Sequence[str], val: Sequence[str], ctx: OptimizeContext
     ) -> OptimizationResult:
         params: GEPAParams = params_from(GEPAParams, ctx.method_params, "gepa")
-        from gepa import optimize as gepa_optimize
-
         keys = component_keys(seed, COMPONENT_SETS[params.components])
-        metric_cap = None if params.max_full_evals is None else params.max_full_evals * (len(train) + len(val))
-        limits = EngineLimits(
-            min_budget_for_iteration=2 * params.reflection_minibatch_size,
-            plateau_patience=params.early_stop_patience,
-            metric_call_cap=metric_cap,
+        settings = EngineSettings(
+            candidate_selection=params.candidate_selection_strategy,
+            module_selector=params.component_selector,
+            metric_call_cap=None if params.max_full_evals is None else params.max_full_evals * (len(train) + len(val)),
             cap_stop_reason=STOP_MAX_FULL_EVALS,
             hard_metric_cap=False,
-            max_idle_iterations=params.max_idle_iterations,
-            max_unusable_rollouts=params.max_unusable_rollouts,
+            **shared_knobs(params),
         )
-        run = EngineRun("gepa", seed, keys, val=val, ctx=ctx, limits=limits)
+        run = EngineRun("gepa", seed, keys, train=train, val=val, ctx=ctx, settings=settings)
         adapter = LcbGEPAAdapter(evaluator=ctx.evaluator, book=run.book, train_ids=train, val_ids=val,
                                  bridge=run.bridge, guard=run.guard)
-
-        def start_engine() -> Any:
-            return gepa_optimize(
-                seed_candidate=run.seed_texts(seed),
-                trainset=list(train),
-                valset=list(val),
-                adapter=adapter,
-                reflection_lm=GEPAReflectionLM(run.reflection, run.bridge),
-                reflection_prompt_template=reflection_templates(keys, sorted(seed.roles())),
-                candidate_selection_strategy=params.candidate_selection_strategy,
-                skip_perfect_score=params.skip_perfect_score,
-                perfect_score=params.perfect_score,
-                reflection_minibatch_size=params.reflection_minibatch_size,
-                module_selector=params.component_selector,
-                use_merge=params.use_merge,
-                max_merge_invocations=params.max_merge_invocations,
-                seed=ctx.seed + params.seed,
-                **run.engine_options(),
-            )
-
-        await run.run(start_engine)
+        await run.run(adapter, reflection_lm=GEPAReflectionLM(run.reflection, run.bridge),
+                      reflection_prompt_template=reflection_templates(keys, sorted(seed.roles())))
         best, _ = run.book.best(val)
         return OptimizationResult(best=best, stop_reason=run.watch.stop_reason or STOP_MAX_FULL_EVALS,
                                   history=run.progress.history, metadata=run.metadata(params))

@@ -26,7 +26,7 @@ from typing import Any
 from optimizers.base import OptimizationResult, OptimizeContext, Optimizer
 from optimizers.candidate import Candidate
 from optimizers.gepa.adapter import CandidateBook
-from optimizers.gepa.engine import EngineLimits, EngineRun, component_keys
+from optimizers.gepa.engine import EngineRun, EngineSettings, component_keys, shared_knobs
 from optimizers.gepa.optimizer import COMPONENT_SETS
 from optimizers.mamut_gepa.adapter import MAMUTAdapter, RecordLimits
 from optimizers.reflection import params_from, team_description
@@ -107,47 +107,24 @@ class MAMUTGEPAOptimizer(Optimizer):
         self, seed: Candidate, *, train: Sequence[str], val: Sequence[str], ctx: OptimizeContext
     ) -> OptimizationResult:
         params: MAMUTGEPAParams = params_from(MAMUTGEPAParams, ctx.method_params, METHOD)
-        from gepa import optimize as gepa_optimize
-
         keys = component_keys(seed, COMPONENT_SETS[params.components])
-        cap = ctx.budget.maximum if params.metric_call_limit is None else min(params.metric_call_limit,
-                                                                               ctx.budget.maximum)
-        limits = EngineLimits(
-            min_budget_for_iteration=2 * params.reflection_minibatch_size,
-            plateau_patience=params.early_stop_patience,
-            metric_call_cap=cap,
+        limit = ctx.budget.maximum if params.metric_call_limit is None else params.metric_call_limit
+        settings = EngineSettings(
+            candidate_selection=params.candidate_selection,
+            module_selector=params.module_selector,
+            metric_call_cap=min(limit, ctx.budget.maximum),
             cap_stop_reason=STOP_METRIC_CAP,
             hard_metric_cap=True,
-            max_idle_iterations=params.max_idle_iterations,
-            max_unusable_rollouts=params.max_unusable_rollouts,
+            **shared_knobs(params),
         )
-        run = EngineRun(METHOD, seed, keys, val=val, ctx=ctx, limits=limits)
+        run = EngineRun(METHOD, seed, keys, train=train, val=val, ctx=ctx, settings=settings)
         adapter = MAMUTAdapter(
             reflection=run.reflection, team=team_description(sorted(seed.roles())), limits=params.record_limits(),
             temperature=params.reflection_temperature, top_p=params.reflection_top_p,
             evaluator=ctx.evaluator, book=run.book, train_ids=train, val_ids=val, bridge=run.bridge,
             guard=run.guard,
         )
-
-        def start_engine() -> Any:
-            return gepa_optimize(
-                seed_candidate=run.seed_texts(seed),
-                trainset=list(train),
-                valset=list(val),
-                adapter=adapter,
-                candidate_selection_strategy=params.candidate_selection,
-                skip_perfect_score=params.skip_perfect_score,
-                perfect_score=params.perfect_score,
-                reflection_minibatch_size=params.reflection_minibatch_size,
-                module_selector=params.module_selector,
-                use_merge=params.use_merge,
-                max_merge_invocations=params.max_merge_invocations,
-                cache_evaluation=False,
-                seed=ctx.seed + params.seed,
-                **run.engine_options(),
-            )
-
-        await run.run(start_engine)
+        await run.run(adapter, cache_evaluation=False)
         best, rule = choose_incumbent(run.book, val)
         metadata = {
             **run.metadata(params),
