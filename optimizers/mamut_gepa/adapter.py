@@ -139,7 +139,8 @@ class MAMUTAdapter(LcbGEPAAdapter):
 
     # -- proposer (gepa calls this instead of its own reflective proposer) -----------------------
 
-    def propose_new_texts(self, candidate: dict[str, str], reflective_dataset: Mapping[str, Sequence[Mapping[str, Any]]],
+    def propose_new_texts(self, candidate: dict[str, str],
+                          reflective_dataset: Mapping[str, Sequence[Mapping[str, Any]]],
                           components_to_update: list[str]) -> dict[str, str]:
         from gepa.strategies.instruction_proposal import InstructionProposalSignature
 

@@ -16,7 +16,8 @@ from optimizers.journal import read_json, read_jsonl, read_sealed
 from optimizers.mamut_gepa.adapter import read_proposal
 from optimizers.mamut_gepa.optimizer import choose_incumbent
 from optimizers.protocol.job import run_job
-from scripted_world import MARKER, fast_runtime, run_cli, start_world, world_job_config, world_script
+from scripted_world import (MARKER, MODEL_ID, REFLECTION_ID, fast_runtime, run_cli, start_world, world_job_config,
+                            world_script)
 
 METHOD = "mamut_gepa"
 
@@ -38,6 +39,7 @@ def test_cli_centralized_team_finds_the_marker_and_deploys_it(tmp_path: Path, us
 
     monkeypatch.setenv("WANDB_MODE", "offline")
     out = tmp_path / "job"
+    first_request = len(useful.requests)
     done = run_cli(useful.base_url, out, METHOD, "--team-size", "2", "--tracker", "wandb", budget=40,
                    topology="centralized")
     assert done.returncode == 0, done.stderr[-3000:]
@@ -56,6 +58,10 @@ def test_cli_centralized_team_finds_the_marker_and_deploys_it(tmp_path: Path, us
     # The proposer ran at the method's temperature, with the job's reflection model.
     records = list(read_jsonl(out / "optimization" / "native" / "reflection.jsonl"))
     assert records and all(r["temperature"] == 0.7 and r["purpose"] == "propose" for r in records)
+    proposals = [r.body for r in useful.requests[first_request:] if r.rule == "reflect"]
+    assert len(proposals) == len(records)  # --reflection-model is the model that was asked
+    assert all(b["model"] == REFLECTION_ID and b["temperature"] == 0.7 and b["top_p"] == 1.0 for b in proposals)
+    assert all(r.body["model"] == MODEL_ID for r in useful.requests[first_request:] if r.rule == "solve")
     # result.json and W&B carry charged rollouts, reflection calls and tokens.
     result = read_json(out / "result.json")
     reflection = result["optimization"]["usage"]["reflection"]
