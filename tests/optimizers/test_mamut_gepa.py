@@ -207,3 +207,17 @@ def test_proposal_reader_takes_the_marked_text() -> None:
     assert read_proposal("BEGIN_PROMPT\nold\nEND_PROMPT\nthen\nBEGIN_PROMPT\nnewer\nEND_PROMPT") == "newer"
     assert read_proposal("```\nfenced\n```") == "fenced"
     assert read_proposal("no markers at all") is None
+
+
+def test_a_dead_reflection_model_invalidates_the_optimization(tmp_path: Path) -> None:
+    server = start_world(world="broken")
+    try:
+        result = run_job(world_job_config(tmp_path / "job", server.base_url, method=METHOD, budget=20),
+                         fast_runtime())
+    finally:
+        server.stop()
+    optimization = read_sealed(tmp_path / "job" / "optimization.json")
+    assert optimization["status"] == "failed" and optimization["failure_kind"] == "infrastructure_invalid"
+    assert "reflection model failed" in optimization["error"]
+    assert optimization["budget"]["charged"] <= 20
+    assert result["selection"]["fallback_reason"] == "infrastructure_invalid_optimization"
