@@ -23,7 +23,16 @@ from typing import Any
 
 from optimizers.evaluator import Rollout
 from optimizers.gepa.adapter import LcbGEPAAdapter, ask_for_proposal
-from optimizers.reflection import ReflectionModel, clip, extract_fenced, outcome_line, render_trace, task_text
+from optimizers.reflection import (
+    ReflectionModel,
+    agents_in_trace,
+    clip,
+    extract_fenced,
+    outcome_line,
+    render_trace,
+    task_text,
+    team_description,
+)
 
 BEGIN = "BEGIN_PROMPT"
 END = "END_PROMPT"
@@ -104,11 +113,12 @@ def read_proposal(reply: str) -> str | None:
 class MAMUTAdapter(LcbGEPAAdapter):
     """GEPA's evaluation seam with MAMUT's reflective records and proposer."""
 
-    def __init__(self, *, reflection: ReflectionModel, team: str, limits: RecordLimits,
+    def __init__(self, *, reflection: ReflectionModel, role_names: Sequence[str], limits: RecordLimits,
                  temperature: float, top_p: float, **adapter_options: Any) -> None:
         super().__init__(**adapter_options)
         self.reflection = reflection
-        self.team = team
+        self.role_names = list(role_names)
+        self.agents_seen = 0  # several agents may share one role prompt (independent, decentralized)
         self.limits = limits
         self.temperature = temperature
         self.top_p = top_p
@@ -118,6 +128,7 @@ class MAMUTAdapter(LcbGEPAAdapter):
 
     def _record(self, key: str, rollout: Rollout) -> dict[str, Any]:
         trace, limits = rollout.trace, self.limits
+        self.agents_seen = max(self.agents_seen, agents_in_trace(trace))
         if key.startswith("role/"):
             role = key[len("role/"):]
             own = render_trace(trace, role=role, each=limits.message_chars, total=limits.own_turns_chars)
@@ -152,7 +163,7 @@ class MAMUTAdapter(LcbGEPAAdapter):
             prompt = InstructionProposalSignature.prompt_renderer({
                 "current_instruction_doc": candidate[key],
                 "dataset_with_feedback": records,
-                "prompt_template": proposal_template(key, self.team),
+                "prompt_template": proposal_template(key, team_description(self.role_names, self.agents_seen)),
             })
             self.tally.asked += 1
             reply = ask_for_proposal(self.reflection, self.bridge, str(prompt),

@@ -29,7 +29,7 @@ from optimizers.gepa.adapter import CandidateBook
 from optimizers.gepa.engine import EngineRun, EngineSettings, component_keys, shared_knobs
 from optimizers.gepa.optimizer import COMPONENT_SETS
 from optimizers.mamut_gepa.adapter import MAMUTAdapter, RecordLimits
-from optimizers.reflection import params_from, team_description
+from optimizers.reflection import params_from
 from optimizers.registry import register_optimizer
 
 METHOD = "mamut_gepa"
@@ -119,7 +119,7 @@ class MAMUTGEPAOptimizer(Optimizer):
         )
         run = EngineRun(METHOD, seed, keys, train=train, val=val, ctx=ctx, settings=settings)
         adapter = MAMUTAdapter(
-            reflection=run.reflection, team=team_description(sorted(seed.roles())), limits=params.record_limits(),
+            reflection=run.reflection, role_names=sorted(seed.roles()), limits=params.record_limits(),
             temperature=params.reflection_temperature, top_p=params.reflection_top_p,
             evaluator=ctx.evaluator, book=run.book, train_ids=train, val_ids=val, bridge=run.bridge,
             guard=run.guard,

@@ -126,6 +126,7 @@ def test_reflective_records_carry_the_tagged_team_trajectory_and_no_hidden_tests
         # Our verdict: outcome and passed k/n.
         assert re.search(r"score \d \(outcome \w+, passed \d+/\d+\)", prompt)
         assert "BEGIN_PROMPT" in prompt and "output contract" in prompt
+        assert "a team of 2 agents with the role prompt(s): coder, debugger" in prompt
     assert targets == {"role/coder", "role/debugger"}  # round robin over every role
     optimization = read_sealed(out / "optimization.json")
     seen = sorted(set(optimization["training_ids"]) | set(optimization["validation_ids"]))
