@@ -222,3 +222,18 @@ def test_a_dead_reflection_model_invalidates_the_optimization(tmp_path: Path) ->
     assert "reflection model failed" in optimization["error"]
     assert optimization["budget"]["charged"] <= 20
     assert result["selection"]["fallback_reason"] == "infrastructure_invalid_optimization"
+
+
+@pytest.mark.parametrize(("components", "keys"), [("roles", ["role/debater"]),
+                                                  ("all", ["protocol/handoff", "role/debater"])])
+def test_decentralized_peers_share_one_prompt_and_components_is_a_knob(tmp_path: Path, useful: Any,
+                                                                       components: str, keys: list[str]) -> None:
+    out = tmp_path / "job"
+    config = world_job_config(out, useful.base_url, method=METHOD, topology="decentralized", team_size=2, budget=24,
+                              method_params={"use_merge": False, "components": components})
+    run_job(config, fast_runtime())
+    optimization = read_sealed(out / "optimization.json")
+    assert optimization["metadata"]["components"] == keys
+    assert MARKER in optimization["incumbent_candidate"]["components"]["role/debater"]
+    prompts = reflection_prompts(out)
+    assert prompts and all("a team of 2 agents sharing the role prompt(s): debater" in p for p in prompts)
