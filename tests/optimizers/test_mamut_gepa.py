@@ -210,20 +210,6 @@ def test_proposal_reader_takes_the_marked_text() -> None:
     assert read_proposal("no markers at all") is None
 
 
-def test_a_dead_reflection_model_invalidates_the_optimization(tmp_path: Path) -> None:
-    server = start_world(world="broken")
-    try:
-        result = run_job(world_job_config(tmp_path / "job", server.base_url, method=METHOD, budget=20),
-                         fast_runtime())
-    finally:
-        server.stop()
-    optimization = read_sealed(tmp_path / "job" / "optimization.json")
-    assert optimization["status"] == "failed" and optimization["failure_kind"] == "infrastructure_invalid"
-    assert "reflection model failed" in optimization["error"]
-    assert optimization["budget"]["charged"] <= 20
-    assert result["selection"]["fallback_reason"] == "infrastructure_invalid_optimization"
-
-
 @pytest.mark.parametrize(("components", "keys"), [("roles", ["role/debater"]),
                                                   ("all", ["protocol/handoff", "role/debater"])])
 def test_decentralized_peers_share_one_prompt_and_components_is_a_knob(tmp_path: Path, useful: Any,
