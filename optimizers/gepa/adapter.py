@@ -45,6 +45,10 @@ class EngineCancelled(RuntimeError):
     """The job stopped waiting for the engine (cancellation); end the engine thread."""
 
 
+class MetricCallCapReached(RuntimeError):
+    """A batch would cross a hard metric-call cap: the engine ends here (a stop, not an error)."""
+
+
 @dataclass
 class GEPAWatch:
     """State shared by the adapter, the callbacks and the stopper (all in the engine thread)."""
@@ -54,6 +58,9 @@ class GEPAWatch:
     plateau_patience: int | None
     metric_call_cap: int | None
     max_idle_iterations: int
+    cap_stop_reason: str = STOP_MAX_FULL_EVALS
+    hard_metric_cap: bool = False  # True: ``admit`` refuses a batch that would cross the cap
+    metric_calls: int = 0  # problem evaluations the engine asked the adapter for
     exhausted: bool = False
     fatal: BaseException | None = None
     cancelled: bool = False
@@ -80,10 +87,18 @@ class GEPAWatch:
         if self.plateau_patience is not None and self.evals_without_improvement >= self.plateau_patience:
             return STOP_PLATEAU
         if self.metric_call_cap is not None and state.total_num_evals >= self.metric_call_cap:
-            return STOP_MAX_FULL_EVALS
+            return self.cap_stop_reason
         if self.idle_iterations >= self.max_idle_iterations:
             return STOP_STALLED
         return None
+
+    def admit(self, batch_size: int) -> None:
+        """Count a batch of metric calls; under a hard cap, refuse one that would cross it."""
+        cap = self.metric_call_cap
+        if self.hard_metric_cap and cap is not None and self.metric_calls + batch_size > cap:
+            self.stop_reason = self.stop_reason or self.cap_stop_reason
+            raise MetricCallCapReached(f"{self.metric_calls} + {batch_size} metric calls would cross the cap {cap}")
+        self.metric_calls += batch_size
 
     # -- gepa callbacks -------------------------------------------------------------------------
 
@@ -171,16 +186,20 @@ class CandidateBook:
             self.order.append(candidate.id)
         return candidate
 
+    def val_aggregate(self, candidate_id: str, val_ids: Sequence[str]) -> float | None:
+        """Mean over a complete validation evaluation; None when it is partial or missing."""
+        scores = self.val_scores.get(candidate_id, {})
+        if not val_ids or candidate_id in self.val_incomplete or any(v not in scores for v in val_ids):
+            return None
+        return sum(scores[v] for v in val_ids) / len(val_ids)
+
     def best(self, val_ids: Sequence[str]) -> tuple[Candidate, float | None]:
         """Best mean over complete validation evaluations; ties keep the earlier candidate."""
         by_id = {c.id: c for c in self.by_texts.values()}
         best, best_score = self.seed, None
         for candidate_id in self.order:
-            scores = self.val_scores.get(candidate_id, {})
-            if candidate_id in self.val_incomplete or any(v not in scores for v in val_ids):
-                continue
-            score = sum(scores[v] for v in val_ids) / len(val_ids)
-            if best_score is None or score > best_score:
+            score = self.val_aggregate(candidate_id, val_ids)
+            if score is not None and (best_score is None or score > best_score):
                 best, best_score = by_id[candidate_id], score
         return best, best_score
 
@@ -218,6 +237,7 @@ class LcbGEPAAdapter:
     def evaluate(self, batch: list[str], candidate: dict[str, str], capture_traces: bool = False) -> Any:
         from gepa.core.adapter import EvaluationBatch
 
+        self.watch.admit(len(batch))
         ours = self.book.candidate(candidate)
         by_phase: dict[str, list[str]] = {}
         for problem_id in batch:
@@ -291,15 +311,20 @@ class GEPAReflectionLM:
 
     def __call__(self, prompt: str | list[dict[str, Any]]) -> str:
         text = prompt if isinstance(prompt, str) else json.dumps(prompt, ensure_ascii=False)
-        try:
-            reply = self.bridge.run(self.model.ask(text, purpose="propose"))
-        except ReflectionUnavailable as exc:
-            self.bridge.watch.fatal = exc
-            raise
-        if not reply or not reply.strip():
-            # gepa drops this proposal (no child, no rollouts) and goes on.
-            raise RuntimeError("the reflection model gave no usable proposal")
-        return reply
+        return ask_for_proposal(self.model, self.bridge, text)
+
+
+def ask_for_proposal(model: ReflectionModel, bridge: LoopBridge, prompt: str, **options: Any) -> str:
+    """One proposal call from the engine thread. A dead reflection model is fatal for the run;
+    an empty or failed reply raises, and gepa then drops the proposal (no child, no rollouts)."""
+    try:
+        reply = bridge.run(model.ask(prompt, purpose="propose", **options))
+    except ReflectionUnavailable as exc:
+        bridge.watch.fatal = exc
+        raise
+    if not reply or not reply.strip():
+        raise RuntimeError("the reflection model gave no usable proposal")
+    return reply
 
 
 def reflection_templates(keys: Sequence[str], role_names: Sequence[str]) -> dict[str, str]:

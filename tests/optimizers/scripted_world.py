@@ -53,6 +53,7 @@ def reflection_reply(method: str, purpose: str, prompt: str, *, useful: bool) ->
     rule = MARKER if useful else "Write clean code."
     replies: dict[tuple[str, str], Any] = {
         ("gepa", "propose"): lambda: _fenced(_instruction(useful)),
+        ("mamut_gepa", "propose"): lambda: f"New prompt:\nBEGIN_PROMPT\n{_instruction(useful)}\nEND_PROMPT",
         ("mipro", "summary"): lambda: "Competitive programming problems: stdin/stdout programs and "
                                       "LeetCode-style class methods, graded by hidden tests.",
         ("mipro", "propose"): lambda: "Proposed instruction:\n" + _fenced(_instruction(useful)),

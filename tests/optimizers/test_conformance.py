@@ -159,7 +159,7 @@ def test_killed_job_resumes_to_the_same_result(method: str, tmp_path: Path, worl
         assert reflection_records(out) == reflection_records(reference_out)
 
 
-@pytest.mark.parametrize("method", ["gepa", "mipro", "tavo"])
+@pytest.mark.parametrize("method", ["gepa", "mipro", "tavo", "mamut_gepa"])
 def test_a_dead_reflection_model_invalidates_the_optimization(method: str, tmp_path: Path) -> None:
     server = start_world(world="broken")
     try:

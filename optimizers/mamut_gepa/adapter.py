@@ -1,0 +1,182 @@
+"""MAMUT-GEPA's side of the gepa seam: team-level reflective records and its own proposer.
+
+It reuses GEPA's adapter for evaluation (budgeted rollouts, candidate book, validation
+bookkeeping) and changes the two things the method is about:
+
+- ``make_reflective_dataset``: for each role to update, one record per row with the task, the
+  *whole* source-tagged team trajectory (who said what), the submitted program, that role's own
+  turns, and our verdict feedback (score, outcome, passed k/n; never hidden-test content).
+  Every role is judged by the team's trajectory-level score;
+- ``propose_new_texts``: renders gepa's instruction-proposal prompt with MAMUT's template (keep
+  the role self-contained, its responsibilities in the topology and its output contract), asks
+  the reflection model at the method's temperature and reads the text between the BEGIN/END
+  markers. A component whose proposal changes nothing is dropped; when nothing changed at all
+  the proposal is empty and gepa skips it without evaluating a child.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from optimizers.evaluator import Rollout
+from optimizers.gepa.adapter import LcbGEPAAdapter, ask_for_proposal
+from optimizers.reflection import (
+    ReflectionModel,
+    agents_in_trace,
+    clip,
+    extract_fenced,
+    outcome_line,
+    render_trace,
+    task_text,
+    team_description,
+)
+
+BEGIN = "BEGIN_PROMPT"
+END = "END_PROMPT"
+_MARKED = re.compile(rf"^[ \t]*{BEGIN}[ \t]*\n(.*?)\n[ \t]*{END}[ \t]*$", re.DOTALL | re.MULTILINE)
+
+
+@dataclass(frozen=True, slots=True)
+class RecordLimits:
+    """How much of a row the reflection model reads (characters)."""
+
+    task_chars: int
+    message_chars: int
+    trajectory_chars: int
+    own_turns_chars: int
+    program_chars: int
+
+
+@dataclass
+class ProposalTally:
+    """What came of the proposals (reported in the method's metadata)."""
+
+    asked: int = 0  # reflection calls for a component
+    changed: int = 0  # components that got a new text
+    unchanged: int = 0  # the model returned the current text: nothing to evaluate
+    unreadable: int = 0  # no text between the markers (nor in a fenced block)
+    skipped_proposals: int = 0  # proposals in which no component changed (gepa evaluates nothing)
+    by_component: dict[str, dict[str, int]] = field(default_factory=dict)
+
+    def note(self, key: str, outcome: str) -> None:
+        setattr(self, outcome, getattr(self, outcome) + 1)
+        table = self.by_component.setdefault(key, {})
+        table[outcome] = table.get(outcome, 0) + 1
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"asked": self.asked, "changed": self.changed, "unchanged": self.unchanged,
+                "unreadable": self.unreadable, "skipped_proposals": self.skipped_proposals,
+                "by_component": {k: dict(v) for k, v in sorted(self.by_component.items())}}
+
+
+def component_label(key: str) -> str:
+    if key.startswith("role/"):
+        return f"the system prompt of the `{key[len('role/'):]}` role"
+    return f"the team protocol text `{key[len('protocol/'):]}` (every agent reads it when work is handed over)"
+
+
+def proposal_template(key: str, team: str) -> str:
+    """gepa template (``<curr_param>``, ``<side_info>``) for one component of a jointly optimized team."""
+    what = component_label(key)
+    return (
+        f"You are improving {what} in {team}. The agents solve competitive programming problems "
+        "(standard-input programs or LeetCode-style class methods) together. The team is scored as a "
+        "whole by hidden tests, and all of its prompts are optimized jointly, one at a time.\n\n"
+        f"The current text of {what}, between the markers:\n{BEGIN}\n<curr_param>\n{END}\n\n"
+        "Runs of the whole team with the current prompts. Each gives the task, the team trajectory with "
+        "every message tagged by who sent it ([source (agent) | kind]), the submitted program, the turns "
+        "of this component's own role, and the grader's verdict (score 1 means every graded hidden test "
+        "passed; it gives counts and failure kinds, never the hidden tests):\n\n<side_info>\n\n"
+        f"Write an improved version of {what}.\n"
+        "- Keep it self-contained: it must make sense on its own, without referring to these runs, to "
+        "the other prompts or to this revision.\n"
+        "- Keep the responsibilities it has in the team (what it receives, what it does, whom it hands "
+        "work to) and its output contract (answer format, markers, tool use) exactly as the current "
+        "text states them.\n"
+        "- Correct the behaviours that led to failures and add concrete, general strategies (never "
+        "solutions to these particular problems).\n"
+        f"Reply with the complete new text between a line {BEGIN} and a line {END}."
+    )
+
+
+def read_proposal(reply: str) -> str | None:
+    """The text between the last BEGIN/END marker pair (else a fenced block), or None."""
+    marked = [m.strip() for m in _MARKED.findall(reply) if m.strip()]
+    if marked:
+        return marked[-1]
+    return extract_fenced(reply)
+
+
+class MAMUTAdapter(LcbGEPAAdapter):
+    """GEPA's evaluation seam with MAMUT's reflective records and proposer."""
+
+    def __init__(self, *, reflection: ReflectionModel, role_names: Sequence[str], limits: RecordLimits,
+                 temperature: float, top_p: float, **adapter_options: Any) -> None:
+        super().__init__(**adapter_options)
+        self.reflection = reflection
+        self.role_names = list(role_names)
+        self.agents_seen = 0  # several agents may share one role prompt (independent, decentralized)
+        self.limits = limits
+        self.temperature = temperature
+        self.top_p = top_p
+        self.tally = ProposalTally()
+
+    # -- reflective dataset ---------------------------------------------------------------------
+
+    def _record(self, key: str, rollout: Rollout) -> dict[str, Any]:
+        trace, limits = rollout.trace, self.limits
+        self.agents_seen = max(self.agents_seen, agents_in_trace(trace))
+        if key.startswith("role/"):
+            role = key[len("role/"):]
+            own = render_trace(trace, role=role, each=limits.message_chars, total=limits.own_turns_chars)
+            own = own or f"(the {role} role did not speak in this run)"
+        else:
+            own = "(a protocol text has no turns of its own; see the team trajectory)"
+        return {
+            "Inputs": {
+                "Task": task_text(trace, limits.task_chars),
+                "Component to improve": key,
+                "Team trajectory": render_trace(trace, each=limits.message_chars, total=limits.trajectory_chars)
+                or "(no agent spoke)",
+                "Submitted program": clip(rollout.answer, limits.program_chars) if rollout.answer
+                else "(no program was extracted)",
+            },
+            "Generated Outputs": own,
+            "Feedback": outcome_line(rollout),
+        }
+
+    # -- proposer (gepa calls this instead of its own reflective proposer) -----------------------
+
+    def propose_new_texts(self, candidate: dict[str, str],
+                          reflective_dataset: Mapping[str, Sequence[Mapping[str, Any]]],
+                          components_to_update: list[str]) -> dict[str, str]:
+        from gepa.strategies.instruction_proposal import InstructionProposalSignature
+
+        new_texts: dict[str, str] = {}
+        for key in components_to_update:
+            records = list(reflective_dataset.get(key) or ())
+            if not records:
+                continue
+            prompt = InstructionProposalSignature.prompt_renderer({
+                "current_instruction_doc": candidate[key],
+                "dataset_with_feedback": records,
+                "prompt_template": proposal_template(key, team_description(self.role_names, self.agents_seen)),
+            })
+            self.tally.asked += 1
+            reply = ask_for_proposal(self.reflection, self.bridge, str(prompt),
+                                     temperature=self.temperature, top_p=self.top_p)
+            text = read_proposal(reply)
+            if text is None:
+                self.tally.note(key, "unreadable")
+            elif text == candidate[key].strip():
+                self.tally.note(key, "unchanged")
+            else:
+                self.tally.note(key, "changed")
+                new_texts[key] = text
+        if not new_texts:
+            # Nothing changed: gepa skips an empty proposal, so no rollout is spent on a copy.
+            self.tally.skipped_proposals += 1
+        return new_texts

@@ -1,0 +1,225 @@
+"""MAMUT-GEPA: end to end on the scripted world (CLI and run_job), its reflective records, its
+no-op rule and its incumbent rule."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from optimizers.candidate import Candidate
+from optimizers.gepa.adapter import CandidateBook
+from optimizers.journal import read_json, read_jsonl, read_sealed
+from optimizers.mamut_gepa.adapter import read_proposal
+from optimizers.mamut_gepa.optimizer import choose_incumbent
+from optimizers.protocol.job import run_job
+from scripted_world import (MARKER, MODEL_ID, REFLECTION_ID, fast_runtime, run_cli, start_world, world_job_config,
+                            world_script)
+
+METHOD = "mamut_gepa"
+
+
+@pytest.fixture(scope="module")
+def useful() -> Any:
+    server = start_world(world="useful")
+    yield server
+    server.stop()
+
+
+def reflection_prompts(out: Path) -> list[str]:
+    return [r["prompt"] for r in read_jsonl(out / "optimization" / "native" / "reflection.jsonl")]
+
+
+def test_cli_centralized_team_finds_the_marker_and_deploys_it(tmp_path: Path, useful: Any,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    from optimizers.protocol.tracking import offline_run_dirs, read_offline_run
+
+    monkeypatch.setenv("WANDB_MODE", "offline")
+    out = tmp_path / "job"
+    first_request = len(useful.requests)
+    done = run_cli(useful.base_url, out, METHOD, "--team-size", "2", "--tracker", "wandb", budget=40,
+                   topology="centralized")
+    assert done.returncode == 0, done.stderr[-3000:]
+    line = json.loads(done.stdout.strip().splitlines()[-1])
+    assert line["status"] == "completed" and line["fallback_reason"] is None
+    assert line["deployed_mean"] > line["baseline_mean"]
+    selection = read_sealed(out / "selection.json")
+    assert selection["selected_candidate"] == "incumbent"
+    assert MARKER in selection["deployed_candidate"]["components"]["role/manager"]
+    optimization = read_sealed(out / "optimization.json")
+    metadata = optimization["metadata"]
+    assert metadata["components"] == ["role/coder_worker", "role/manager"]  # every role, jointly
+    assert metadata["incumbent_rule"] == "gepa_best" and metadata["incumbent_val_score"] > metadata["seed_val_score"]
+    assert metadata["params"]["reflection_temperature"] == 0.7
+    assert optimization["budget"]["charged"] <= 40
+    # The proposer ran at the method's temperature, with the job's reflection model.
+    records = list(read_jsonl(out / "optimization" / "native" / "reflection.jsonl"))
+    assert records and all(r["temperature"] == 0.7 and r["purpose"] == "propose" for r in records)
+    proposals = [r.body for r in useful.requests[first_request:] if r.rule == "reflect"]
+    assert len(proposals) == len(records)  # --reflection-model is the model that was asked
+    assert all(b["model"] == REFLECTION_ID and b["temperature"] == 0.7 and b["top_p"] == 1.0 for b in proposals)
+    assert all(r.body["model"] == MODEL_ID for r in useful.requests[first_request:] if r.rule == "solve")
+    # result.json and W&B carry charged rollouts, reflection calls and tokens.
+    result = read_json(out / "result.json")
+    reflection = result["optimization"]["usage"]["reflection"]
+    assert result["optimization"]["budget"]["charged"] == optimization["budget"]["charged"] > 0
+    assert reflection["calls"] == len(records) and reflection["total_tokens"] > 0
+    [run_dir] = offline_run_dirs(out)
+    summary = read_offline_run(run_dir).summary
+    assert summary["budget/charged"] == optimization["budget"]["charged"]
+    assert summary["usage/reflection/calls"] == len(records)
+    assert summary["usage/reflection/prompt_tokens"] == reflection["prompt_tokens"] > 0
+    print(f"\n[mamut_gepa figure] charged={optimization['budget']['charged']} reflection_calls={len(records)} "
+          f"reflection_tokens={reflection['total_tokens']} stop={optimization['stop_reason']}")
+
+
+def test_useless_reflection_keeps_the_seed(tmp_path: Path) -> None:
+    server = start_world(world="useless")
+    try:
+        result = run_job(world_job_config(tmp_path / "job", server.base_url, method=METHOD, budget=24),
+                         fast_runtime())
+    finally:
+        server.stop()
+    optimization = read_sealed(tmp_path / "job" / "optimization.json")
+    assert optimization["metadata"]["proposal_outcomes"]["changed"] >= 1  # it did try
+    assert optimization["incumbent_candidate"]["id"] == optimization["seed_candidate"]["id"]
+    assert result["selection"]["selected_candidate"] == "seed"
+    assert result["test"]["delta_pp"] == 0.0
+
+
+def _hidden_only_texts(problem_ids: list[str]) -> list[str]:
+    """Hidden-test inputs/outputs long enough to be unmistakable and shown nowhere public."""
+    from lcb.data import load_problems
+
+    problems = {p.id: p for p in load_problems("builtin").problems}
+    texts = []
+    for problem_id in problem_ids:
+        problem = problems[problem_id]
+        public = problem.statement + "".join(t.input + t.output for t in problem.public_tests)
+        for test in problem.private_tests:
+            texts += [t.strip() for t in (test.input, test.output) if len(t.strip()) >= 12 and t.strip() not in public]
+    return texts
+
+
+def test_reflective_records_carry_the_tagged_team_trajectory_and_no_hidden_tests(tmp_path: Path,
+                                                                                useful: Any) -> None:
+    out = tmp_path / "job"
+    config = world_job_config(out, useful.base_url, method=METHOD, topology="sequential", team_size=2, budget=30,
+                              method_params={"use_merge": False})
+    run_job(config, fast_runtime())
+    prompts = reflection_prompts(out)
+    assert prompts
+    targets = set()
+    for prompt in prompts:
+        target = re.search(r"### Component to improve\n(role/\w+)", prompt).group(1)
+        targets.add(target)
+        assert "### Team trajectory" in prompt and "## Generated Outputs" in prompt and "## Feedback" in prompt
+        # Who said what: the whole team's turns, each tagged with its source role.
+        assert "[coder | ai]" in prompt and "[debugger | ai]" in prompt
+        own = prompt.split("## Generated Outputs", 1)[1].split("## Feedback", 1)[0]
+        role = target.split("/", 1)[1]
+        other = {"coder": "debugger", "debugger": "coder"}[role]
+        assert f"[{role} | ai]" in own and f"[{other} | ai]" not in own  # the target role's own turns
+        # Our verdict: outcome and passed k/n.
+        assert re.search(r"score \d \(outcome \w+, passed \d+/\d+\)", prompt)
+        assert "BEGIN_PROMPT" in prompt and "output contract" in prompt
+        assert "a team of 2 agents with the role prompt(s): coder, debugger" in prompt
+    assert targets == {"role/coder", "role/debugger"}  # round robin over every role
+    optimization = read_sealed(out / "optimization.json")
+    seen = sorted(set(optimization["training_ids"]) | set(optimization["validation_ids"]))
+    hidden = _hidden_only_texts(seen)
+    assert hidden, "the check needs hidden-test texts to look for"
+    leaked = [text for text in hidden for prompt in prompts if text in prompt]
+    assert not leaked, f"hidden-test content reached the reflection model: {leaked[:3]}"
+
+
+def _echo_world() -> Any:
+    """The useless world whose MAMUT proposer hands back the current text unchanged."""
+    from optimizers.reflection import REFLECTION_SYSTEM
+    from topologies.scripted import FunctionRule, Script, ScriptedServer
+
+    def echo(request: Any) -> str | None:
+        if REFLECTION_SYSTEM not in request.system or f"Task: {METHOD}/propose." not in request.system:
+            return None
+        return f"Same as before:\nBEGIN_PROMPT\n{read_proposal(request.last_user)}\nEND_PROMPT"
+
+    base = world_script(world="useless")
+    return ScriptedServer(Script([FunctionRule("echo", echo), *base.rules], default=None)).start()
+
+
+def test_a_proposal_that_changes_nothing_is_not_evaluated(tmp_path: Path) -> None:
+    server = _echo_world()
+    out = tmp_path / "job"
+    try:
+        run_job(world_job_config(out, server.base_url, method=METHOD, budget=30,
+                                 method_params={"max_idle_iterations": 3}), fast_runtime())
+    finally:
+        server.stop()
+    optimization = read_sealed(out / "optimization.json")
+    outcomes = optimization["metadata"]["proposal_outcomes"]
+    assert outcomes["asked"] >= 2 and outcomes["unchanged"] == outcomes["asked"] and outcomes["changed"] == 0
+    assert outcomes["skipped_proposals"] == outcomes["asked"]
+    seed_id = optimization["seed_candidate"]["id"]
+    attempts = [a for a in read_jsonl(out / "optimization" / "attempts.jsonl") if a["charged"]]
+    assert attempts and {a["candidate_id"] for a in attempts} == {seed_id}  # no child ever ran
+    assert optimization["metadata"]["candidates"] == 1
+    assert optimization["stop_reason"] == "stalled_without_rollouts"
+    assert optimization["incumbent_candidate"]["id"] == seed_id
+
+
+def test_metric_call_cap_stops_the_engine_before_a_batch_would_cross_it(tmp_path: Path, useful: Any) -> None:
+    # seed on val (4) + parent and child minibatches (3 + 3) = 10; the winning child's validation
+    # pass (4) would make 14 > 12: refused, so nothing is charged for it.
+    out = tmp_path / "job"
+    run_job(world_job_config(out, useful.base_url, method=METHOD, budget=30,
+                             method_params={"metric_call_limit": 12}), fast_runtime())
+    optimization = read_sealed(out / "optimization.json")
+    assert optimization["stop_reason"] == "metric_call_cap"
+    assert optimization["metadata"]["metric_call_cap"] == 12
+    assert optimization["metadata"]["metric_calls"] <= 12
+    assert optimization["budget"]["charged"] == 10
+    assert optimization["incumbent_candidate"]["id"] == optimization["seed_candidate"]["id"]
+
+
+# ------------------------------------------------------------------------------------------------
+# Pure pieces
+
+
+def test_incumbent_is_gepa_best_only_if_it_differs_and_is_not_below_the_seed() -> None:
+    seed = Candidate({"role/a": "seed", "role/b": "b"})
+    book = CandidateBook(seed=seed, keys=("role/a", "role/b"))
+    book.candidate({"role/a": "seed", "role/b": "b"})
+    child = book.candidate({"role/a": "child", "role/b": "b"})
+    val = ["v1", "v2"]
+    assert choose_incumbent(book, val) == (seed, "gepa_best_is_seed")  # nothing validated yet
+    book.val_scores = {seed.id: {"v1": 1.0, "v2": 0.0}, child.id: {"v1": 1.0, "v2": 0.0}}
+    assert choose_incumbent(book, val) == (seed, "gepa_best_is_seed")  # a tie keeps the seed
+    book.val_scores[child.id]["v2"] = 1.0
+    assert choose_incumbent(book, val) == (child, "gepa_best")
+    book.val_incomplete = {seed.id}  # no complete seed aggregate to compare with
+    assert choose_incumbent(book, val) == (seed, "gepa_best_below_seed")
+
+
+def test_proposal_reader_takes_the_marked_text() -> None:
+    assert read_proposal("x\nBEGIN_PROMPT\n  new text\nline 2\nEND_PROMPT\ny") == "new text\nline 2"
+    assert read_proposal("BEGIN_PROMPT\nold\nEND_PROMPT\nthen\nBEGIN_PROMPT\nnewer\nEND_PROMPT") == "newer"
+    assert read_proposal("```\nfenced\n```") == "fenced"
+    assert read_proposal("no markers at all") is None
+
+
+@pytest.mark.parametrize(("components", "keys"), [("roles", ["role/debater"]),
+                                                  ("all", ["protocol/handoff", "role/debater"])])
+def test_decentralized_peers_share_one_prompt_and_components_is_a_knob(tmp_path: Path, useful: Any,
+                                                                       components: str, keys: list[str]) -> None:
+    out = tmp_path / "job"
+    config = world_job_config(out, useful.base_url, method=METHOD, topology="decentralized", team_size=2, budget=24,
+                              method_params={"use_merge": False, "components": components})
+    run_job(config, fast_runtime())
+    optimization = read_sealed(out / "optimization.json")
+    assert optimization["metadata"]["components"] == keys
+    assert MARKER in optimization["incumbent_candidate"]["components"]["role/debater"]
+    prompts = reflection_prompts(out)
+    assert prompts and all("a team of 2 agents sharing the role prompt(s): debater" in p for p in prompts)
