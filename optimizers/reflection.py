@@ -83,13 +83,20 @@ class ReflectionModel:
         seed: int,
         decoding: Any = None,
         max_consecutive_failures: int = 3,
+        journal_name: str = JOURNAL_NAME,
+        system_intro: str = REFLECTION_SYSTEM,
+        label: str = "reflection model",
     ) -> None:
         self.client = client
         self.method = method
         self.seed = seed
         self.decoding = _decoding_from(decoding)
         self.max_consecutive_failures = max(1, int(max_consecutive_failures))
-        self.path = Path(workdir) / JOURNAL_NAME
+        # Other uncharged model surfaces (e.g. a task-model judge) reuse this machinery with
+        # their own journal, system prompt and name in error messages.
+        self.system_intro = system_intro
+        self.label = label
+        self.path = Path(workdir) / journal_name
         self._journal = JsonlJournal(self.path)
         self._lock = threading.Lock()
         self._occurrences: dict[tuple[str, str], int] = {}
@@ -126,7 +133,7 @@ class ReflectionModel:
 
     def system_for(self, purpose: str) -> str:
         """The system prompt of a purpose; its ``Task: method/purpose.`` tag names the request."""
-        return f"{REFLECTION_SYSTEM} Task: {self.method}/{purpose}."
+        return f"{self.system_intro} Task: {self.method}/{purpose}."
 
     async def ask(
         self,
@@ -135,9 +142,13 @@ class ReflectionModel:
         purpose: str,
         temperature: float | None = None,
         max_tokens: int | None = None,
+        system: str | None = None,
     ) -> str | None:
-        """The reply text, or None when the call failed (after the client's own retries)."""
-        system = self.system_for(purpose)
+        """The reply text, or None when the call failed (after the client's own retries).
+
+        ``system`` replaces the purpose's system prompt (e.g. a probe that runs a candidate role
+        prompt as the system message); it is part of the journal key."""
+        system = self.system_for(purpose) if system is None else system
         digest = prompt_hash(purpose, system, prompt)
         with self._lock:
             occurrence = self._occurrences.get((purpose, digest), 0)
@@ -227,7 +238,7 @@ class ReflectionModel:
             failures = self._consecutive_failures
         if failures >= self.max_consecutive_failures:
             raise ReflectionUnavailable(
-                f"the reflection model failed {failures} times in a row (last: {error})"
+                f"the {self.label} failed {failures} times in a row (last: {error})"
             )
 
     # ---------------------------------------------------------------- reporting
