@@ -119,6 +119,7 @@ class OptimizeContext:
     tracker: Tracker = field(default_factory=NullTracker)
     method_params: Mapping[str, Any] = field(default_factory=dict)
     reflection_decoding: Any | None = None  # a topologies.types.Decoding; None: the method's default
+    task_model: Any | None = None  # the task model's ChatClient, for uncharged judge/probe calls
     rng: random.Random = field(init=False, repr=False)  # seeded by ``seed``; the method's only RNG
 
     def __post_init__(self) -> None:

@@ -470,3 +470,19 @@ def mean_score(rollouts: Sequence[Any]) -> float | None:
         return None
     usable = [r for r in rollouts if r.usable]
     return sum(r.score for r in usable) / len(usable) if usable else None
+
+
+async def gather_limited(limit: asyncio.Semaphore, coroutines: Sequence[Any]) -> list[Any]:
+    """Run coroutines at most ``limit`` at a time; results in input order."""
+
+    async def one(coroutine: Any) -> Any:
+        async with limit:
+            return await coroutine
+
+    tasks = [asyncio.ensure_future(one(c)) for c in coroutines]
+    try:
+        return list(await asyncio.gather(*tasks))
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        raise

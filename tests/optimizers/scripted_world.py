@@ -67,9 +67,60 @@ def reflection_reply(method: str, purpose: str, prompt: str, *, useful: bool) ->
         ("tavo", "aggregate"): lambda: json.dumps({"add": [rule], "remove": [], "restructure": []}),
         ("tavo", "rewrite"): lambda: _fenced(_instruction(useful)),
         ("tavo", "overlay"): lambda: json.dumps({"rules": [rule, "State the algorithm before coding."]}),
+        ("mapro", "pool"): lambda: _variants(useful),
+        ("mapro", "blame"): lambda: "\n".join(f"BLAME {name}: {rule}" for name in _blamed(prompt)),
+        ("mapro", "mutate"): lambda: _fenced(_instruction(useful)),
+        ("mapro", "judge"): lambda: judge_reply(prompt, useful=useful),
+        ("maspo", "propose"): lambda: f"<prompt>\n{_instruction(useful)}\n</prompt>",
+        ("maspo", "judge"): lambda: judge_reply(prompt, useful=useful),
     }
     make = replies.get((method, purpose))
     return make() if make is not None else None
+
+
+def _variants(useful: bool) -> str:
+    """Four reworded variants; in the useful world only the third carries the marker."""
+    plain = [f"You are a careful competitive programmer (variant {i}).\nWrite clean code." for i in range(4)]
+    if useful:
+        plain[2] = _instruction(True)
+    return "\n".join(f"VARIANT:\n{text}" for text in plain)
+
+
+def _blamed(prompt: str) -> list[str]:
+    match = re.search(r"Critique what (.+?) did", prompt)
+    return re.findall(r"`([\w.-]+)`", match.group(1)) if match else []
+
+
+_SECTION = re.compile(r"^=== (.+?) ===$", re.MULTILINE)
+
+
+def judge_sections(prompt: str) -> dict[str, str]:
+    """A judge prompt's ``=== NAME ===`` sections (the judged replies are among them)."""
+    marks = list(_SECTION.finditer(prompt))
+    return {m.group(1): prompt[m.end():marks[i + 1].start() if i + 1 < len(marks) else len(prompt)].strip()
+            for i, m in enumerate(marks)}
+
+
+def solves_a_problem(text: str) -> bool:
+    """Whether a reply contains the reference program of a built-in problem."""
+    from lcb.builtin import load_solutions
+
+    return any(s["correct"].strip() in text for s in load_solutions().values())
+
+
+def judge_reply(prompt: str, *, useful: bool) -> str:
+    """The scripted judge. Useful world: it rates replies that contain a correct program high
+    (0.9 vs 0.2) and prefers them pairwise; edges are neutral (0.5). Useless world: it prefers
+    nothing (0.5, TIE)."""
+    sections = judge_sections(prompt)
+    if "A" in sections and "B" in sections:  # pairwise
+        if not useful:
+            return "TIE"
+        a, b = solves_a_problem(sections["A"]), solves_a_problem(sections["B"])
+        return "A" if a and not b else "B" if b and not a else "TIE"
+    if not useful or "REPLY" not in sections:
+        return "0.5"
+    return "0.9" if solves_a_problem(sections["REPLY"]) else "0.2"
 
 
 def _segment_count(prompt: str) -> int:
@@ -90,6 +141,7 @@ def world_script(
     *, world: str = "useful", seed_solves: Iterable[str] = (), latency_s: float = 0.0
 ) -> Any:
     """The Script for a scripted server (``world``: useful | useless | broken)."""
+    from optimizers.judge import JUDGE_SYSTEM
     from optimizers.reflection import REFLECTION_SYSTEM
     from topologies.scripted import FunctionRule, Script, builtin_answers
 
@@ -101,7 +153,7 @@ def world_script(
                              text=_conversation_text)
 
     def reflect(request: Any) -> str | None:
-        if REFLECTION_SYSTEM not in request.system:
+        if REFLECTION_SYSTEM not in request.system and JUDGE_SYSTEM not in request.system:
             return None
         tag = _TASK_TAG.search(request.system)
         if tag is None or world == "broken":
@@ -109,7 +161,7 @@ def world_script(
         return reflection_reply(tag.group(1), tag.group(2), request.last_user, useful=useful)
 
     def solve(request: Any) -> str | None:
-        if REFLECTION_SYSTEM in request.system:
+        if REFLECTION_SYSTEM in request.system or JUDGE_SYSTEM in request.system:
             return None
         return answer(request)
 
