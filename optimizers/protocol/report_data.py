@@ -31,9 +31,9 @@ class JobView:
     curve: tuple[tuple[int, float], ...]  # (charged rollouts, best score so far)
     optimize_tokens: int  # task + reflection + judge/probe model tokens spent while optimizing
     optimize_seconds: float | None
+    difficulty: Mapping[str, str]  # test problem id -> easy/medium/hard/unknown
     uncharged_calls: int = 0  # judge/probe calls that are not charged rollouts (result.json)
     uncharged_tokens: int = 0
-    difficulty: Mapping[str, str]  # test problem id -> easy/medium/hard/unknown
 
     @property
     def method(self) -> str:
