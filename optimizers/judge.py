@@ -17,7 +17,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from optimizers.reflection import ReflectionModel, clip
+from optimizers.base import OptimizerInfrastructureError
+from optimizers.reflection import DEFAULT_DECODING, ReflectionModel, clip
 
 JUDGE_JOURNAL = "judge.jsonl"
 JUDGE_SYSTEM = (
@@ -26,6 +27,7 @@ JUDGE_SYSTEM = (
 )
 SCORE_FLOOR = 1e-6  # rewards are multiplied (summed in log space): never exactly zero
 PURPOSES = ("judge", "probe")
+JUDGE_MODELS = ("task", "reflection")
 
 _NUMBER = re.compile(r"(?<![\w.])(\d+(?:\.\d+)?|\.\d+)")
 _VERDICT = re.compile(r"\b(A|B|TIE)\b")
@@ -117,6 +119,24 @@ class Judge:
     def uncharged_calls(self) -> dict[str, dict[str, int]]:
         """``{purpose: {calls, failed, prompt_tokens, completion_tokens}}`` (COST_SCHEMA)."""
         return uncharged_calls_from(self.model.usage())
+
+
+def judge_from_context(
+    ctx: Any, method: str, *, model: str, temperature: float, max_tokens: int | None,
+    probe: Mapping[str, Any] | None = None,
+) -> Judge:
+    """The judge of a method on the job's task model (``model="task"``) or reflection model;
+    ``max_tokens`` None: the reflection decoding's limit."""
+    if model not in JUDGE_MODELS:
+        raise ValueError(f"{method}: judge model must be one of {', '.join(JUDGE_MODELS)}, not {model!r}")
+    client = ctx.task_model if model == "task" else ctx.reflection
+    if client is None:
+        raise OptimizerInfrastructureError(f"{method} needs the {model} model as judge, but the job passed none")
+    if max_tokens is None:
+        decoding = getattr(ctx, "reflection_decoding", None)
+        max_tokens = int(getattr(decoding, "max_tokens", DEFAULT_DECODING["max_tokens"]))
+    return Judge(client, method=method, workdir=ctx.workdir, seed=ctx.seed, temperature=temperature,
+                 max_tokens=max_tokens, probe_decoding=probe)
 
 
 def uncharged_calls_from(usage: Mapping[str, Any]) -> dict[str, dict[str, int]]:

@@ -26,10 +26,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from optimizers.base import OptimizationResult, OptimizeContext, Optimizer, OptimizerInfrastructureError
+from optimizers.base import OptimizationResult, OptimizeContext, Optimizer
 from optimizers.candidate import Candidate
 from optimizers.evaluator import Rollout
-from optimizers.judge import Judge
+from optimizers.judge import judge_from_context
 from optimizers.mapro.map_inference import map_assignment
 from optimizers.mapro.refine import Feedback, blame_feedback, initial_pools, mutate_pools
 from optimizers.mapro.rewards import Demos, critic_update, factor_graph, judge_rewards, probe_outputs
@@ -87,15 +87,6 @@ class MAPROOptimizer(Optimizer):
         return await _Run(seed, list(train), ctx, params).go()
 
 
-def task_judge(ctx: OptimizeContext, method: str, *, temperature: float, max_tokens: int,
-               probe: Mapping[str, Any] | None = None) -> Judge:
-    """The judge on the task model (the job's task client)."""
-    if ctx.task_model is None:
-        raise OptimizerInfrastructureError(f"{method} needs the task model as judge, but the job passed none")
-    return Judge(ctx.task_model, method=method, workdir=ctx.workdir, seed=ctx.seed, temperature=temperature,
-                 max_tokens=max_tokens, probe_decoding=probe)
-
-
 class _Run:
     def __init__(self, seed: Candidate, train: list[str], ctx: OptimizeContext, params: MAPROParams) -> None:
         self.seed = seed
@@ -107,9 +98,10 @@ class _Run:
         self.rows = rows
         self.roles = sorted(seed.roles())
         self.reflection = ReflectionModel.from_context(ctx, "mapro")
-        self.judge = task_judge(ctx, "mapro", temperature=params.judge_temperature, max_tokens=params.judge_max_tokens,
-                                probe={"temperature": params.probe_temperature, "top_p": params.probe_top_p,
-                                       "max_tokens": params.probe_max_tokens})
+        self.judge = judge_from_context(
+            ctx, "mapro", model="task", temperature=params.judge_temperature, max_tokens=params.judge_max_tokens,
+            probe={"temperature": params.probe_temperature, "top_p": params.probe_top_p,
+                   "max_tokens": params.probe_max_tokens})
         self.guard = RolloutGuard("mapro", params.max_unusable_rollouts)
         self.limit = asyncio.Semaphore(params.concurrency)
         self.history: list[dict[str, Any]] = []
