@@ -171,6 +171,29 @@ def world_script(
     )
 
 
+def models_by_surface(requests: Iterable[Any]) -> dict[str, set[str]]:
+    """Which model ids a scripted server was asked for, per surface: ``reflection`` and
+    ``judge`` (by their system prompts), ``probe`` (a bare role prompt with one user message)
+    and ``team`` (everything else)."""
+    from optimizers.judge import JUDGE_SYSTEM
+    from optimizers.reflection import REFLECTION_SYSTEM
+
+    found: dict[str, set[str]] = {"reflection": set(), "judge": set(), "probe": set(), "team": set()}
+    for request in requests:
+        messages = list(request.body.get("messages") or [])
+        system = " ".join(str(m.get("content", "")) for m in messages if m.get("role") == "system")
+        if REFLECTION_SYSTEM in system:
+            surface = "reflection"
+        elif JUDGE_SYSTEM in system:
+            surface = "judge"
+        elif [m.get("role") for m in messages] == ["system", "user"] and not request.body.get("tools"):
+            surface = "probe"
+        else:
+            surface = "team"
+        found[surface].add(str(request.body.get("model")))
+    return found
+
+
 def world_job_config(out: Path, base_url: str, **overrides: Any) -> Any:
     """A small job on built-in data whose task and reflection models are the scripted server."""
     from optimizers.protocol.config import JobConfig, ModelSpec

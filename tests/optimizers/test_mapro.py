@@ -13,7 +13,16 @@ import pytest
 from optimizers.journal import read_jsonl, read_sealed
 from optimizers.protocol.job import JobRuntime, run_job
 from optimizers.team_graph import infer_team_graph, role_context, role_output
-from scripted_world import MARKER, fast_runtime, judge_sections, start_world, world_job_config
+from scripted_world import (
+    MARKER,
+    MODEL_ID,
+    REFLECTION_ID,
+    fast_runtime,
+    judge_sections,
+    models_by_surface,
+    start_world,
+    world_job_config,
+)
 
 
 @pytest.fixture(scope="module")
@@ -79,6 +88,9 @@ def test_mapro_keeps_the_seed_when_nothing_helps_and_the_judge_prefers_nothing(t
                          fast_runtime())
     finally:
         server.stop()
+    # Pools, blame and mutations go to the job's reflection model; judge and probe calls to the task model.
+    models = models_by_surface(server.requests)
+    assert models["reflection"] == {REFLECTION_ID} and models["judge"] == models["probe"] == {MODEL_ID}
     optimization = read_sealed(tmp_path / "job" / "optimization.json")
     rounds = [row for row in optimization["history"] if row["event"] == "round"]
     assert len(rounds) == 3 and all(row["assignment"] == {"solver": 0} for row in rounds)  # ties keep the incumbent

@@ -22,7 +22,16 @@ from optimizers.maspo.search import (
     win_rate,
 )
 from optimizers.protocol.job import run_job
-from scripted_world import MARKER, fast_runtime, judge_sections, start_world, world_job_config
+from scripted_world import (
+    MARKER,
+    MODEL_ID,
+    REFLECTION_ID,
+    fast_runtime,
+    judge_sections,
+    models_by_surface,
+    start_world,
+    world_job_config,
+)
 
 
 def _job(tmp_path: Path, world: str, **overrides: Any) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -62,8 +71,17 @@ def test_maspo_keeps_the_seed_when_nothing_helps(tmp_path: Path) -> None:
 
 
 def test_judge_calls_are_counted_and_reach_result_json(tmp_path: Path) -> None:
-    result, optimization = _job(tmp_path, "useful", topology="sequential", team_size=2, budget=40,
-                                method_params={"maximum_search_depth": 1})
+    server = start_world(world="useful")
+    try:
+        result = run_job(world_job_config(tmp_path / "job", server.base_url, method="maspo", topology="sequential",
+                                          team_size=2, budget=40, method_params={"maximum_search_depth": 1}),
+                         fast_runtime())
+    finally:
+        server.stop()
+    optimization = read_sealed(tmp_path / "job" / "optimization.json")
+    # MASPO judges with the reflection model by default (judge_model: reflection), as the reference does.
+    models = models_by_surface(server.requests)
+    assert models["reflection"] == models["judge"] == {REFLECTION_ID} and models["team"] == {MODEL_ID}
     steps = [row for row in optimization["history"] if row["event"] == "step"]
     coder = steps[0]["nodes"][0]["candidates"][0]
     assert coder["local"] == 1.0 and coder["joint"] > 0  # the marker coder's program beats the seed's
