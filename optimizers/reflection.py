@@ -464,6 +464,17 @@ class RolloutGuard:
             )
 
 
+def record_step(ctx: Any, method: str, history: list[dict[str, Any]], row: Mapping[str, Any],
+                state: Mapping[str, Any]) -> None:
+    """Append a history row (stamped with the charged budget), send its numbers to the tracker
+    as ``<method>/<key>`` and save the method's JSON state (``<method>.json``) with the history."""
+    row = {**row, "charged": ctx.budget.charged}
+    history.append(row)
+    ctx.tracker.log(row["charged"], {f"{method}/{k}": v for k, v in row.items()
+                                     if isinstance(v, (int, float)) and not isinstance(v, bool)})
+    ctx.save_state(method, {"history": history, **state})
+
+
 def mean_score(rollouts: Sequence[Any]) -> float | None:
     """Mean score over usable rollouts; None when any was not run (budget) or none is usable."""
     if not rollouts or any(r.budget_exhausted for r in rollouts):

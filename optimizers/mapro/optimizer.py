@@ -33,7 +33,14 @@ from optimizers.judge import judge_from_context
 from optimizers.mapro.map_inference import map_assignment
 from optimizers.mapro.refine import Feedback, blame_feedback, initial_pools, mutate_pools
 from optimizers.mapro.rewards import Demos, critic_update, factor_graph, judge_rewards, probe_outputs
-from optimizers.reflection import ReflectionModel, RolloutGuard, mean_score, params_from, team_description
+from optimizers.reflection import (
+    ReflectionModel,
+    RolloutGuard,
+    mean_score,
+    params_from,
+    record_step,
+    team_description,
+)
 from optimizers.registry import register_optimizer
 from optimizers.team_graph import TeamGraph, infer_team_graph, role_context
 
@@ -115,11 +122,7 @@ class _Run:
         return rollouts, mean_score(rollouts)
 
     def _note(self, row: dict[str, Any], state: Mapping[str, Any]) -> None:
-        row = {**row, "charged": self.ctx.budget.charged}
-        self.history.append(row)
-        self.ctx.tracker.log(row["charged"], {f"mapro/{k}": v for k, v in row.items()
-                                              if isinstance(v, (int, float)) and not isinstance(v, bool)})
-        self.ctx.save_state("mapro", {"history": self.history, **state})
+        record_step(self.ctx, "mapro", self.history, row, state)
 
     async def go(self) -> OptimizationResult:
         p = self.params

@@ -51,6 +51,7 @@ from optimizers.reflection import (
     gather_limited,
     outcome_line,
     params_from,
+    record_step,
     task_text,
     team_description,
 )
@@ -177,12 +178,8 @@ class _Run:
             raise _BudgetSpent
 
     def _note(self, row: dict[str, Any]) -> None:
-        row = {**row, "charged": self.ctx.budget.charged}
-        self.history.append(row)
-        self.ctx.tracker.log(row["charged"], {f"maspo/{k}": v for k, v in row.items()
-                                              if isinstance(v, (int, float)) and not isinstance(v, bool)})
-        self.ctx.save_state("maspo", {
-            "history": self.history, "best": self.best, "best_cumulative": self.best_cumulative,
+        record_step(self.ctx, "maspo", self.history, row, {
+            "best": self.best, "best_cumulative": self.best_cumulative,
             "depth": self.depth, "beams": {r: [n.to_dict() for n in b] for r, b in self.beams.items()},
             "buffers": {r: [c.to_dict() for c in b] for r, b in self.buffers.items()}})
 
