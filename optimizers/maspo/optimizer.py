@@ -213,7 +213,6 @@ class _Run:
                         if self.first_batch is None:
                             self.fits(size * (1 + p.offspring))
                         await self.step(role)
-                        self.depth[role] += 1
         except _BudgetSpent:
             stop = "budget"
         return self._result(stop)
@@ -261,7 +260,8 @@ class _Run:
             assert best_step is not None
             self.best_cumulative[role], self.best[role] = best_step[0], best_step[1]
             self.buffers[role] = list(best_step[2])
-        self._note({"event": "step", "role": role, "depth": self.depth[role] + 1, "minibatch": rows,
+        self.depth[role] += 1
+        self._note({"event": "step", "role": role, "depth": self.depth[role], "minibatch": rows,
                     "injected": injected, "nodes": rows_log, "best_updated": updated,
                     "best_cumulative": self.best_cumulative[role],
                     "buffer": [c.problem_id for c in self.buffers[role]]})

@@ -71,7 +71,7 @@ def reflection_reply(method: str, purpose: str, prompt: str, *, useful: bool) ->
         ("mapro", "blame"): lambda: "\n".join(f"BLAME {name}: {rule}" for name in _blamed(prompt)),
         ("mapro", "mutate"): lambda: _fenced(_instruction(useful)),
         ("mapro", "judge"): lambda: judge_reply(prompt, useful=useful),
-        ("maspo", "propose"): lambda: f"<prompt>\n{_instruction(useful)}\n</prompt>",
+        ("maspo", "propose"): lambda: f"<prompt>\n{_instruction(useful)}{_focus(prompt)}\n</prompt>",
         ("maspo", "judge"): lambda: judge_reply(prompt, useful=useful),
     }
     make = replies.get((method, purpose))
@@ -84,6 +84,12 @@ def _variants(useful: bool) -> str:
     if useful:
         plain[2] = _instruction(True)
     return "\n".join(f"VARIANT:\n{text}" for text in plain)
+
+
+def _focus(prompt: str) -> str:
+    """A line naming the first sample problem, so rewrites from different samples differ."""
+    match = re.search(r"^### Problem (\S+)", prompt, flags=re.MULTILINE)
+    return f"\nStart from what {match.group(1)} taught." if match else ""
 
 
 def _blamed(prompt: str) -> list[str]:

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from optimizers.journal import read_jsonl, read_sealed
+from optimizers.journal import read_json, read_jsonl, read_sealed
 from optimizers.maspo.search import (
     BeamNode,
     Case,
@@ -48,12 +48,29 @@ def test_maspo_finds_the_marker_prompt_and_deploys_it(tmp_path: Path) -> None:
     result, optimization = _job(tmp_path, "useful", budget=20)
     assert MARKER in optimization["incumbent_candidate"]["components"]["role/solver"]
     (step,) = [row for row in optimization["history"] if row["event"] == "step"]
-    (candidate,) = step["nodes"][0]["candidates"]
-    assert candidate["global"] == 1.0 and candidate["joint"] == 0.5  # a lone prompt: global credit only
+    candidates = step["nodes"][0]["candidates"]
+    assert len(candidates) == 2  # one rewrite per half of the parent runs
+    assert all(c["global"] == 1.0 and c["joint"] == 0.5 for c in candidates)  # a lone prompt: global credit only
     assert step["best_updated"] is True
     assert optimization["stop_reason"] == "budget"  # a second step (18 rollouts) does not fit in 20 - 12
     assert result["selection"]["selected_candidate"] == "incumbent"
     assert result["test"]["deployed_mean"] > result["test"]["baseline_mean"]
+
+
+def test_a_revisited_role_refreshes_its_beam_against_the_anchor(tmp_path: Path) -> None:
+    _, optimization = _job(tmp_path, "useful", budget=60,
+                           method_params={"maximum_search_depth": 2, "rounds_per_turn": 1})
+    events = [(row["event"], row["depth"]) for row in optimization["history"]]
+    assert events == [("step", 1), ("refresh", 1), ("step", 2)]
+    refresh = optimization["history"][1]
+    state = read_json(tmp_path / "job" / "optimization" / "native" / "maspo.json")
+    # Both marker rewrites joined the beam; re-scored on a fresh minibatch they tie with the
+    # anchor (global credit 0.5 -> 0), so the anchor stays and the cumulative scores restart.
+    assert refresh["nodes"] == [{"local": None, "global": 0.5, "score": 0.0}]
+    assert refresh["anchor_shifted"] is False
+    assert len(state["beams"]["solver"]) == 2 and state["depth"] == {"solver": 2}
+    assert optimization["stop_reason"] == "maximum_search_depth"
+    assert MARKER in optimization["incumbent_candidate"]["components"]["role/solver"]
 
 
 def test_maspo_keeps_the_seed_when_nothing_helps(tmp_path: Path) -> None:
