@@ -101,7 +101,8 @@ class _Run:
         self.params = params
         rows = train
         if params.evaluation_batch:
-            rows = random.Random(params.rng_seed_base + ctx.seed).sample(train, min(len(train), params.evaluation_batch))
+            rng = random.Random(params.rng_seed_base + ctx.seed)
+            rows = rng.sample(train, min(len(train), params.evaluation_batch))
         self.rows = rows
         self.roles = sorted(seed.roles())
         self.reflection = ReflectionModel.from_context(ctx, "mapro")
