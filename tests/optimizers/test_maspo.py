@@ -53,6 +53,7 @@ def test_maspo_finds_the_marker_prompt_and_deploys_it(tmp_path: Path) -> None:
     assert all(c["global"] == 1.0 and c["joint"] == 0.5 for c in candidates)  # a lone prompt: global credit only
     assert step["best_updated"] is True
     assert optimization["stop_reason"] == "budget"  # a second step (18 rollouts) does not fit in 20 - 12
+    assert result["uncharged_calls"] == {}  # a lone prompt needs no judge: nothing uncharged to report
     assert result["selection"]["selected_candidate"] == "incumbent"
     assert result["test"]["deployed_mean"] > result["test"]["baseline_mean"]
 
