@@ -99,6 +99,15 @@ def test_mapro_keeps_the_seed_when_nothing_helps_and_the_judge_prefers_nothing(t
     assert optimization["incumbent_candidate"]["id"] == optimization["seed_candidate"]["id"]
     assert result["selection"]["selected_candidate"] == "seed"
     assert result["uncharged_calls"]["judge"]["calls"] > 0
+    # Failed runs are blamed (a lone prompt critiques itself) and the blame reaches every rewrite,
+    # which cycles the three mutation operators.
+    assert [row.get("blamed_roles") for row in rounds] == [["solver"], ["solver"], None]  # no rewrite after the stop
+    reflection = list(read_jsonl(tmp_path / "job" / "optimization" / "native" / "reflection.jsonl"))
+    mutations = [r["prompt"] for r in reflection if r["purpose"] == "mutate"]
+    assert len(mutations) == 2 * 4  # two rounds of rewrites, pool size 5 = best + 4
+    operators = [m.split("Operator: ", 1)[1].split(".", 1)[0] for m in mutations[:4]]
+    assert sorted(operators) == ["adding", "adding", "reorganization", "replacement"]
+    assert all("- Write clean code." in m for m in mutations)  # the scripted blame line
 
 
 # ------------------------------------------------------------------------------------------------
