@@ -123,6 +123,8 @@ class _Run:
         return rollouts, mean_score(rollouts)
 
     def _note(self, row: dict[str, Any], state: Mapping[str, Any]) -> None:
+        # Judge/probe calls so far ride along, so trackers chart them against charged rollouts.
+        row = {**row, "uncharged_calls": sum(c["calls"] for c in self.judge.uncharged_calls().values())}
         record_step(self.ctx, "mapro", self.history, row, state)
 
     async def go(self) -> OptimizationResult:

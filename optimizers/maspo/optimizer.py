@@ -178,6 +178,7 @@ class _Run:
             raise _BudgetSpent
 
     def _note(self, row: dict[str, Any]) -> None:
+        row = {**row, "uncharged_calls": sum(c["calls"] for c in self.judge.uncharged_calls().values())}
         record_step(self.ctx, "maspo", self.history, row, {
             "best": self.best, "best_cumulative": self.best_cumulative,
             "depth": self.depth, "beams": {r: [n.to_dict() for n in b] for r, b in self.beams.items()},
