@@ -123,6 +123,7 @@ class OptimizeContext:
     # rollouts at commit); the job's learning curve listens. None: nobody listens.
     on_incumbent: Callable[[Candidate, float | None, int], None] | None = None
     team: Any | None = None  # a topologies.types.TeamRoster: the agents (for masked runs); None: unknown
+    task_model: Any | None = None  # the task model's ChatClient, for uncharged judge/probe calls
     rng: random.Random = field(init=False, repr=False)  # seeded by ``seed``; the method's only RNG
 
     def __post_init__(self) -> None:

@@ -89,13 +89,20 @@ class ReflectionModel:
         seed: int,
         decoding: Any = None,
         max_consecutive_failures: int = 3,
+        journal_name: str = JOURNAL_NAME,
+        system_intro: str = REFLECTION_SYSTEM,
+        label: str = "reflection model",
     ) -> None:
         self.client = client
         self.method = method
         self.seed = seed
         self.decoding = _decoding_from(decoding)
         self.max_consecutive_failures = max(1, int(max_consecutive_failures))
-        self.path = Path(workdir) / JOURNAL_NAME
+        # Other uncharged model surfaces (e.g. a task-model judge) reuse this machinery with
+        # their own journal, system prompt and name in error messages.
+        self.system_intro = system_intro
+        self.label = label
+        self.path = Path(workdir) / journal_name
         self._journal = JsonlJournal(self.path)
         self._lock = threading.Lock()
         self._occurrences: dict[tuple[str, str], int] = {}
@@ -133,7 +140,7 @@ class ReflectionModel:
 
     def system_for(self, purpose: str) -> str:
         """The system prompt of a purpose; its ``Task: method/purpose.`` tag names the request."""
-        return f"{REFLECTION_SYSTEM} Task: {self.method}/{purpose}."
+        return f"{self.system_intro} Task: {self.method}/{purpose}."
 
     async def ask(
         self,
@@ -143,9 +150,13 @@ class ReflectionModel:
         temperature: float | None = None,
         max_tokens: int | None = None,
         top_p: float | None = None,
+        system: str | None = None,
     ) -> str | None:
-        """The reply text, or None when the call failed (after the client's own retries)."""
-        system = self.system_for(purpose)
+        """The reply text, or None when the call failed (after the client's own retries).
+
+        ``system`` replaces the purpose's system prompt (e.g. a probe that runs a candidate role
+        prompt as the system message); it is part of the journal key."""
+        system = self.system_for(purpose) if system is None else system
         digest = prompt_hash(purpose, system, prompt)
         with self._lock:
             occurrence = self._occurrences.get((purpose, digest), 0)
@@ -249,7 +260,7 @@ class ReflectionModel:
             failures = self._consecutive_failures
         if failures >= self.max_consecutive_failures:
             raise ReflectionUnavailable(
-                f"the reflection model failed {failures} times in a row (last: {error})"
+                f"the {self.label} failed {failures} times in a row (last: {error})"
             )
 
     # ---------------------------------------------------------------- reporting
@@ -477,9 +488,36 @@ class RolloutGuard:
             )
 
 
+def record_step(ctx: Any, method: str, history: list[dict[str, Any]], row: Mapping[str, Any],
+                state: Mapping[str, Any]) -> None:
+    """Append a history row (stamped with the charged budget), send its numbers to the tracker
+    as ``<method>/<key>`` and save the method's JSON state (``<method>.json``) with the history."""
+    row = {**row, "charged": ctx.budget.charged}
+    history.append(row)
+    ctx.tracker.log(row["charged"], {f"{method}/{k}": v for k, v in row.items()
+                                     if isinstance(v, (int, float)) and not isinstance(v, bool)})
+    ctx.save_state(method, {"history": history, **state})
+
+
 def mean_score(rollouts: Sequence[Any]) -> float | None:
     """Mean score over usable rollouts; None when any was not run (budget) or none is usable."""
     if not rollouts or any(r.budget_exhausted for r in rollouts):
         return None
     usable = [r for r in rollouts if r.usable]
     return sum(r.score for r in usable) / len(usable) if usable else None
+
+
+async def gather_limited(limit: asyncio.Semaphore, coroutines: Sequence[Any]) -> list[Any]:
+    """Run coroutines at most ``limit`` at a time; results in input order."""
+
+    async def one(coroutine: Any) -> Any:
+        async with limit:
+            return await coroutine
+
+    tasks = [asyncio.ensure_future(one(c)) for c in coroutines]
+    try:
+        return list(await asyncio.gather(*tasks))
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        raise

@@ -306,6 +306,7 @@ class Job:
             reflection_decoding=cfg.reflection_decoding,
             on_incumbent=on_incumbent,
             team=_team_roster(self.base_spec),
+            task_model=self.client,
         )
         _log(cfg, f"optimizing {cfg.method} on {registry_key(cfg)} model={cfg.model.id} seed={cfg.seed} "
                   f"B={cfg.budget}" + (f" (resuming: {resumed} finished rollouts in the journal)" if resumed else ""))
@@ -356,6 +357,7 @@ class Job:
             "budget": snapshot,
             "usage": {"task": attempts_usage(self.store.optimization_dir / "attempts.jsonl"),
                       "reflection": reflection_usage},
+            "uncharged_calls": uncharged_calls(result),
             "elapsed_seconds": round(time.monotonic() - started, 3),
             "history": json_safe(list(result.history)),
             "metadata": json_safe(dict(result.metadata)),
@@ -373,7 +375,8 @@ class Job:
         }
         record = self.store.write("optimization", payload)
         tracker.summary({"optimization/charged": snapshot["charged"], "optimization/status": status,
-                         "optimization/stop_reason": result.stop_reason})
+                         "optimization/stop_reason": result.stop_reason,
+                         **uncharged_summary(payload["uncharged_calls"])})
         _log(cfg, f"optimization {status}: stop={result.stop_reason} charged={snapshot['charged']}/{cfg.budget} "
                   f"infra={snapshot['infrastructure_failures']}")
         return record
@@ -581,6 +584,8 @@ class Job:
                 "validation_ids": selection["validation_ids"],
                 "optimism": selection.get("optimism"),
             },
+            # Judge/probe model calls that are not charged rollouts (COST_SCHEMA); {} when none.
+            "uncharged_calls": optimization.get("uncharged_calls") or {},
             "test": {
                 key: test[key]
                 for key in ("example_ids", "baseline_scores", "deployed_scores", "baseline_mean",
@@ -623,6 +628,29 @@ def _reflection_usage(result: Any, client: Any) -> dict[str, Any] | None:
     if isinstance(reported, Mapping) and "calls" in reported:
         return json_safe(dict(reported))
     return _client_usage(client)
+
+
+UNCHARGED_KEYS = ("calls", "failed", "prompt_tokens", "completion_tokens")
+
+
+def uncharged_calls(result: Any) -> dict[str, dict[str, int]]:
+    """``metadata["uncharged_calls"]`` of a method, checked and normalised (COST_SCHEMA):
+    ``{purpose: {calls, failed, prompt_tokens, completion_tokens}}``; {} when it reports none."""
+    reported = (result.metadata or {}).get("uncharged_calls") if result is not None else None
+    if not isinstance(reported, Mapping):
+        return {}
+    out: dict[str, dict[str, int]] = {}
+    for purpose, counts in sorted(reported.items()):
+        if not isinstance(counts, Mapping):
+            raise JobError(f"metadata.uncharged_calls.{purpose} is not an object")
+        out[str(purpose)] = {key: int(counts.get(key, 0) or 0) for key in UNCHARGED_KEYS}
+    return out
+
+
+def uncharged_summary(calls: Mapping[str, Mapping[str, int]]) -> dict[str, int]:
+    """W&B summary keys ``uncharged/<purpose>/<calls|prompt_tokens|completion_tokens>``."""
+    return {f"uncharged/{purpose}/{key}": int(counts.get(key, 0))
+            for purpose, counts in calls.items() for key in ("calls", "prompt_tokens", "completion_tokens")}
 
 
 def _client_usage(client: Any) -> dict[str, int] | None:

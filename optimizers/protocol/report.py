@@ -73,6 +73,9 @@ def summary_rows(data: Any) -> list[dict[str, Any]]:
             "ci95_pp": None if comparison is None else [round(v, 3) for v in comparison.ci95_pp],
             "fallbacks": sum(1 for j in cell.jobs if j.fell_back), "jobs": len(cell.jobs),
             "problems": list(cell.problems),
+            # Judge/probe calls and tokens per job (mean over seeds): compute not charged to B.
+            "uncharged_calls": round(sum(j.uncharged_calls for j in cell.jobs) / max(1, len(cell.jobs)), 1),
+            "uncharged_tokens": round(sum(j.uncharged_tokens for j in cell.jobs) / max(1, len(cell.jobs)), 1),
         })
     return rows
 
@@ -103,7 +106,7 @@ def render_html(data: Any, images: dict[str, bytes], roots: Sequence[Path]) -> s
         "<section id=\"panel-summary\"><h2>Cells</h2><table><thead><tr>"
         "<th class=\"l\">method</th><th class=\"l\">runtime</th><th class=\"l\">model</th><th>seeds</th>"
         "<th>seed pass@1</th><th>deployed pass@1</th><th>Δpp</th><th>95 % CI (pp)</th><th>fallbacks</th>"
-        "</tr></thead><tbody>",
+        "<th>judge/probe calls (tokens) per job</th></tr></thead><tbody>",
     ]
     for row in summary_rows(data):
         ci = "–" if row["ci95_pp"] is None else f"[{row['ci95_pp'][0]:+.2f}, {row['ci95_pp'][1]:+.2f}]"
@@ -113,7 +116,8 @@ def render_html(data: Any, images: dict[str, bytes], roots: Sequence[Path]) -> s
             f"<td class=\"l\">{escape(row['model'])}</td>"
             f"<td class=\"{'' if row['complete'] else 'partial'}\">{escape(seeds)}</td>"
             f"<td>{_fmt_score(row['seed_pass1'])}</td><td>{_fmt_score(row['deployed_pass1'])}</td>"
-            f"<td>{_fmt_pp(row['delta_pp'])}</td><td>{ci}</td><td>{row['fallbacks']}/{row['jobs']}</td></tr>")
+            f"<td>{_fmt_pp(row['delta_pp'])}</td><td>{ci}</td><td>{row['fallbacks']}/{row['jobs']}</td>"
+            f"<td>{row['uncharged_calls']:g} ({row['uncharged_tokens']:g})</td></tr>")
     parts.append("</tbody></table></section>")
     from optimizers.protocol.report_trust import html_sections
 

@@ -29,9 +29,11 @@ class JobView:
     folder: Path
     result: aggregate.JobResult
     curve: tuple[tuple[int, float], ...]  # (charged rollouts, committed incumbent's score)
-    optimize_tokens: int  # task + reflection model tokens spent while optimizing
+    optimize_tokens: int  # task + reflection + judge/probe model tokens spent while optimizing
     optimize_seconds: float | None
     difficulty: Mapping[str, str]  # test problem id -> easy/medium/hard/unknown
+    uncharged_calls: int = 0  # judge/probe calls that are not charged rollouts (result.json)
+    uncharged_tokens: int = 0
 
     @property
     def method(self) -> str:
@@ -203,12 +205,16 @@ def job_view(result: aggregate.JobResult) -> JobView:
     job = read_json_object(folder / "job.json") or {}
     data_source = (job.get("spec") or {}).get("data")
     elapsed = optimization.get("elapsed_seconds")
+    uncharged = [c for c in (raw.get("uncharged_calls") or {}).values() if isinstance(c, Mapping)]
+    uncharged_tokens = sum(_tokens(c) for c in uncharged)
     return JobView(
         folder=folder,
         result=result,
         curve=learning_curve(folder),
-        optimize_tokens=_tokens(usage.get("task")) + _tokens(usage.get("reflection")),
+        optimize_tokens=_tokens(usage.get("task")) + _tokens(usage.get("reflection")) + uncharged_tokens,
         optimize_seconds=None if elapsed is None else float(elapsed),
+        uncharged_calls=sum(int(c.get("calls", 0) or 0) for c in uncharged),
+        uncharged_tokens=uncharged_tokens,
         difficulty=test_difficulties(folder, test, data_source),
     )
 

@@ -147,7 +147,7 @@ def cost_vs_gain(data: ReportData) -> Any:
         for axes, x in ((left, tokens), (right, fmean(seconds) if seconds else None)):
             if x is not None:
                 axes.annotate(cell.runtime, (x, gain), fontsize=7, xytext=(3, 3), textcoords="offset points")
-    left.set_xlabel("optimization tokens per job (task + reflection)")
+    left.set_xlabel("optimization tokens per job (task + reflection + judge/probe)")
     right.set_xlabel("optimization wall time per job (s)")
     for axes in (left, right):
         axes.axhline(0, color="#888888", linewidth=0.8)
@@ -250,7 +250,7 @@ PANELS: dict[str, Panel] = {
         learning_curves),
     "cost_vs_gain": Panel(
         "Cost vs gain",
-        "Tokens (task + reflection model) and wall time spent optimizing, per job (mean over seeds), against Δpp.",
+        "Tokens (task, reflection and judge/probe models) and wall time spent optimizing, per job (mean over seeds), against Δpp.",
         cost_vs_gain),
     "pass_by_difficulty": Panel(
         "pass@1 by difficulty",

@@ -389,6 +389,9 @@ class WandbTracker:
         optimization = read_json_object(self.folder / "optimization.json") or {}
         if optimization:
             out.update(_flat("usage", optimization.get("usage") or {}, {}))
+            # Judge/probe calls (COST_SCHEMA): uncharged/<purpose>/<calls|prompt_tokens|completion_tokens>.
+            out.update({key: value for key, value in _flat("uncharged", optimization.get("uncharged_calls") or {},
+                                                            {}).items() if not key.endswith("/failed")})
             out.update(_flat("budget", {k: v for k, v in (optimization.get("budget") or {}).items()
                                         if isinstance(v, (int, float))}, {}))
             out["optimization/elapsed_seconds"] = optimization.get("elapsed_seconds")

@@ -18,7 +18,6 @@ frequency-ranked edits.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -30,6 +29,7 @@ from optimizers.reflection import (
     ReflectionModel,
     clip,
     extract_json,
+    gather_limited,
     outcome_line,
     render_message,
     string_list,
@@ -270,19 +270,3 @@ async def aggregate(model: ReflectionModel, credits: Sequence[Credit], *, scope:
         return by_frequency(credits)
     ranked = Edits(*(string_list(data.get(kind), limit=TOP_EDITS[kind]) for kind in EDIT_KINDS))
     return ranked if not ranked.empty() else by_frequency(credits)
-
-
-async def gather_limited(limit: asyncio.Semaphore, coroutines: Sequence[Any]) -> list[Any]:
-    """Run coroutines at most ``limit`` at a time; results in input order."""
-
-    async def one(coroutine: Any) -> Any:
-        async with limit:
-            return await coroutine
-
-    tasks = [asyncio.ensure_future(one(c)) for c in coroutines]
-    try:
-        return list(await asyncio.gather(*tasks))
-    except BaseException:
-        for task in tasks:
-            task.cancel()
-        raise

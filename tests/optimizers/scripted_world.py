@@ -71,9 +71,66 @@ def reflection_reply(method: str, purpose: str, prompt: str, *, useful: bool) ->
         ("hivemind", "lessons"): lambda: "Here is what the role should learn:\n<lessons>\n"
                                          f"- {rule}\n- State the algorithm before coding.\n"
                                          "- Re-read the input format.\n</lessons>",
+        ("mapro", "pool"): lambda: _variants(useful),
+        ("mapro", "blame"): lambda: "\n".join(f"BLAME {name}: {rule}" for name in _blamed(prompt)),
+        ("mapro", "mutate"): lambda: _fenced(_instruction(useful)),
+        ("mapro", "judge"): lambda: judge_reply(prompt, useful=useful),
+        ("maspo", "propose"): lambda: f"<prompt>\n{_instruction(useful)}{_focus(prompt)}\n</prompt>",
+        ("maspo", "judge"): lambda: judge_reply(prompt, useful=useful),
     }
     make = replies.get((method, purpose))
     return make() if make is not None else None
+
+
+def _variants(useful: bool) -> str:
+    """Four reworded variants; in the useful world only the third carries the marker."""
+    plain = [f"You are a careful competitive programmer (variant {i}).\nWrite clean code." for i in range(4)]
+    if useful:
+        plain[2] = _instruction(True)
+    return "\n".join(f"VARIANT:\n{text}" for text in plain)
+
+
+def _focus(prompt: str) -> str:
+    """A line naming the first sample problem, so rewrites from different samples differ."""
+    match = re.search(r"^### Problem (\S+)", prompt, flags=re.MULTILINE)
+    return f"\nStart from what {match.group(1)} taught." if match else ""
+
+
+def _blamed(prompt: str) -> list[str]:
+    match = re.search(r"Critique what (.+?) did", prompt)
+    return re.findall(r"`([\w.-]+)`", match.group(1)) if match else []
+
+
+_SECTION = re.compile(r"^=== (.+?) ===$", re.MULTILINE)
+
+
+def judge_sections(prompt: str) -> dict[str, str]:
+    """A judge prompt's ``=== NAME ===`` sections (the judged replies are among them)."""
+    marks = list(_SECTION.finditer(prompt))
+    return {m.group(1): prompt[m.end():marks[i + 1].start() if i + 1 < len(marks) else len(prompt)].strip()
+            for i, m in enumerate(marks)}
+
+
+def solves_a_problem(text: str) -> bool:
+    """Whether a reply contains the reference program of a built-in problem."""
+    from lcb.builtin import load_solutions
+
+    return any(s["correct"].strip() in text for s in load_solutions().values())
+
+
+def judge_reply(prompt: str, *, useful: bool) -> str:
+    """The scripted judge. Useful world: it rates replies that contain a correct program high
+    (0.9 vs 0.2) and prefers them pairwise; edges are neutral (0.5). Useless world: it prefers
+    nothing (0.5, TIE)."""
+    sections = judge_sections(prompt)
+    if "A" in sections and "B" in sections:  # pairwise
+        if not useful:
+            return "TIE"
+        a, b = solves_a_problem(sections["A"]), solves_a_problem(sections["B"])
+        return "A" if a and not b else "B" if b and not a else "TIE"
+    if not useful or "REPLY" not in sections:
+        return "0.5"
+    return "0.9" if solves_a_problem(sections["REPLY"]) else "0.2"
 
 
 def _segment_count(prompt: str) -> int:
@@ -91,7 +148,8 @@ def _conversation_text(request: Any) -> str:
 
 
 def reflection_rule(world: str = "useful", *, latency_s: float = 0.0) -> Any:
-    """The scripted reflection model as a rule (it answers reflection requests only)."""
+    """The scripted reflection model as a rule (it answers reflection and judge requests only)."""
+    from optimizers.judge import JUDGE_SYSTEM
     from optimizers.reflection import REFLECTION_SYSTEM
     from topologies.scripted import FunctionRule
 
@@ -99,7 +157,7 @@ def reflection_rule(world: str = "useful", *, latency_s: float = 0.0) -> Any:
         raise ValueError(f"world must be one of {WORLDS}")
 
     def reflect(request: Any) -> str | None:
-        if REFLECTION_SYSTEM not in request.system:
+        if REFLECTION_SYSTEM not in request.system and JUDGE_SYSTEM not in request.system:
             return None
         tag = _TASK_TAG.search(request.system)
         if tag is None or world == "broken":
@@ -113,6 +171,7 @@ def world_script(
     *, world: str = "useful", seed_solves: Iterable[str] = (), latency_s: float = 0.0
 ) -> Any:
     """The Script for a scripted server (``world``: useful | useless | broken)."""
+    from optimizers.judge import JUDGE_SYSTEM
     from optimizers.reflection import REFLECTION_SYSTEM
     from topologies.scripted import FunctionRule, Script, builtin_answers
 
@@ -121,7 +180,7 @@ def world_script(
                              text=_conversation_text)
 
     def solve(request: Any) -> str | None:
-        if REFLECTION_SYSTEM in request.system:
+        if REFLECTION_SYSTEM in request.system or JUDGE_SYSTEM in request.system:
             return None
         return answer(request)
 
@@ -129,6 +188,29 @@ def world_script(
         [reflection_rule(world, latency_s=latency_s), FunctionRule("solve", solve, latency_s=latency_s)],
         default=None,
     )
+
+
+def models_by_surface(requests: Iterable[Any]) -> dict[str, set[str]]:
+    """Which model ids a scripted server was asked for, per surface: ``reflection`` and
+    ``judge`` (by their system prompts), ``probe`` (a bare role prompt with one user message)
+    and ``team`` (everything else)."""
+    from optimizers.judge import JUDGE_SYSTEM
+    from optimizers.reflection import REFLECTION_SYSTEM
+
+    found: dict[str, set[str]] = {"reflection": set(), "judge": set(), "probe": set(), "team": set()}
+    for request in requests:
+        messages = list(request.body.get("messages") or [])
+        system = " ".join(str(m.get("content", "")) for m in messages if m.get("role") == "system")
+        if REFLECTION_SYSTEM in system:
+            surface = "reflection"
+        elif JUDGE_SYSTEM in system:
+            surface = "judge"
+        elif [m.get("role") for m in messages] == ["system", "user"] and not request.body.get("tools"):
+            surface = "probe"
+        else:
+            surface = "team"
+        found[surface].add(str(request.body.get("model")))
+    return found
 
 
 def world_job_config(out: Path, base_url: str, **overrides: Any) -> Any:
