@@ -48,7 +48,8 @@ def _fenced(text: str) -> str:
     return f"```\n{text}\n```"
 
 
-def reflection_reply(method: str, purpose: str, prompt: str, *, useful: bool) -> str | None:
+def reflection_reply(method: str, purpose: str, prompt: str, *, useful: bool,
+                     marked: tuple[str | None, str] = (None, "pattern-based")) -> str | None:
     """The scripted reflection model's answer for one purpose (None: not a request it knows)."""
     rule = MARKER if useful else "Write clean code."
     replies: dict[tuple[str, str], Any] = {
@@ -68,8 +69,29 @@ def reflection_reply(method: str, purpose: str, prompt: str, *, useful: bool) ->
         ("tavo", "rewrite"): lambda: _fenced(_instruction(useful)),
         ("tavo", "overlay"): lambda: json.dumps({"rules": [rule, "State the algorithm before coding."]}),
     }
+    if (method, purpose) == ("maspob", "variant"):
+        return maspob_variant(prompt, useful=useful, marked=marked)
     make = replies.get((method, purpose))
     return make() if make is not None else None
+
+
+MASPOB_MARKED = (None, "pattern-based")  # (role or None for every role, style) that gets MARKER
+
+
+def maspob_variant(prompt: str, *, useful: bool, marked: tuple[str | None, str] = MASPOB_MARKED) -> str | None:
+    """A MASPOB pool variant: the seed prompt (kept verbatim, so its interface survives) plus a
+    line in the requested style; in the useful world the ``marked`` (role, style) adds MARKER."""
+    seed = re.search(r"^BEGIN PROMPT\n(.*?)\nEND PROMPT$", prompt, flags=re.MULTILINE | re.DOTALL)
+    role = re.search(r"system prompt of the `([^`]+)` role", prompt)
+    style = re.search(r"Style of the new prompt: ([a-z\-]+) -", prompt)
+    variant = re.search(r"\(Variant (\d+)\.\)", prompt)
+    if seed is None or role is None or style is None:
+        return None
+    extra = f"Work in a {style.group(1)} way" + (f" (variant {variant.group(1)})." if variant else ".")
+    want_role, want_style = marked
+    if useful and style.group(1) == want_style and want_role in (None, role.group(1)):
+        extra += f"\n{MARKER}"
+    return f"Here is the rewritten prompt.\nBEGIN PROMPT\n{seed.group(1)}\n{extra}\nEND PROMPT"
 
 
 def _segment_count(prompt: str) -> int:
@@ -87,7 +109,8 @@ def _conversation_text(request: Any) -> str:
 
 
 def world_script(
-    *, world: str = "useful", seed_solves: Iterable[str] = (), latency_s: float = 0.0
+    *, world: str = "useful", seed_solves: Iterable[str] = (), latency_s: float = 0.0,
+    maspob_marked: tuple[str | None, str] = (None, "pattern-based"),
 ) -> Any:
     """The Script for a scripted server (``world``: useful | useless | broken)."""
     from optimizers.reflection import REFLECTION_SYSTEM
@@ -106,7 +129,8 @@ def world_script(
         tag = _TASK_TAG.search(request.system)
         if tag is None or world == "broken":
             return None  # no rule answers: the server replies HTTP 400
-        return reflection_reply(tag.group(1), tag.group(2), request.last_user, useful=useful)
+        return reflection_reply(tag.group(1), tag.group(2), request.last_user, useful=useful,
+                                marked=maspob_marked)
 
     def solve(request: Any) -> str | None:
         if REFLECTION_SYSTEM in request.system:
