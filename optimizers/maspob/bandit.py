@@ -9,14 +9,16 @@ exploration bonus is ``sqrt(x^T A^-1 x)``. With a 384-d embedding per role ``A``
 combination behind each rank-one term), which rebuilds it exactly.
 
 Coordinate search: starting from a combination, for each role in order pick the variant that
-maximizes ``posterior mean + alpha * bonus`` with the other roles fixed.
+maximizes ``posterior mean + alpha * bonus`` with the other roles fixed. ``BanditSearch`` is the
+whole decision loop (warm-up, refit, sweep), independent of how pulls are paid for.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -108,29 +110,41 @@ class FisherMatrix:
         return fisher
 
 
+class Surrogate(Protocol):
+    """Predicts a combination's score from its team graph's node features (m, roles, width)."""
+
+    def fit(self, nodes: np.ndarray, targets: np.ndarray, *, seed: int) -> Any: ...
+
+    def predict(self, nodes: np.ndarray) -> np.ndarray: ...
+
+
 class LinearPosterior:
     """The classic LinUCB posterior mean ``theta = A^-1 b`` (``b = coefficient * X^T y``).
 
-    The ``surrogate: linear`` ablation of MASPOB (no graph network); also what the coordinate
-    search is checked against on planted linear rewards."""
+    MASPOB's ``surrogate: linear`` ablation (no graph network)."""
 
     def __init__(self, *, ridge: float = 1.0, coefficient: float = 10.0) -> None:
         self.ridge, self.coefficient = ridge, coefficient
         self.rows = np.zeros((0, 0))
         self.weights = np.zeros(0)
 
-    def fit(self, xs: np.ndarray, ys: np.ndarray) -> None:
-        xs = np.asarray(xs, dtype=np.float64)
-        ys = np.asarray(ys, dtype=np.float64)
+    def fit(self, nodes: np.ndarray, targets: np.ndarray, *, seed: int = 0) -> None:
+        xs = _flat(nodes)
+        ys = np.asarray(targets, dtype=np.float64)
         # theta = X^T (ridge/c I + X X^T)^-1 y  (the kernel form of A^-1 c X^T y)
         gram = (self.ridge / self.coefficient) * np.eye(len(ys)) + xs @ xs.T
         self.rows, self.weights = xs, np.linalg.solve(gram, ys)
 
-    def predict(self, xs: np.ndarray) -> np.ndarray:
-        xs = np.atleast_2d(np.asarray(xs, dtype=np.float64))
+    def predict(self, nodes: np.ndarray) -> np.ndarray:
+        xs = _flat(nodes)
         if self.rows.shape[0] == 0:
             return np.zeros(xs.shape[0])
         return (xs @ self.rows.T) @ self.weights
+
+
+def _flat(nodes: np.ndarray) -> np.ndarray:
+    nodes = np.asarray(nodes, dtype=np.float64)
+    return nodes.reshape(nodes.shape[0], -1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +153,9 @@ class SweepStep:
     chosen: int
     mean: float
     bonus: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"role": self.role, "chosen": self.chosen, "mean": self.mean, "bonus": self.bonus}
 
 
 def coordinate_search(start: Combination, table: FeatureTable, predict: Predictor, fisher: FisherMatrix,
@@ -155,16 +172,86 @@ def coordinate_search(start: Combination, table: FeatureTable, predict: Predicto
         xs = table.features(options)
         means = np.asarray(predict(xs), dtype=np.float64)
         bonuses = fisher.bonus(xs)
-        scores = means + alpha * bonuses
-        best = int(np.argmax(scores))  # argmax returns the first of equal maxima
+        best = int(np.argmax(means + alpha * bonuses))  # argmax returns the first of equal maxima
         current[role_index] = best
         steps.append(SweepStep(role, best, round(float(means[best]), 6), round(float(bonuses[best]), 6)))
     return tuple(current), steps
 
 
-def best_observed(combinations: Sequence[Combination], predict: Predictor, table: FeatureTable) -> tuple[Combination, float]:
-    """The pulled combination with the highest posterior mean (ties: the earliest pulled)."""
-    distinct = list(dict.fromkeys(tuple(c) for c in combinations))
-    means = np.asarray(predict(table.features(distinct)), dtype=np.float64)
-    index = int(np.argmax(means))
-    return distinct[index], float(means[index])
+@dataclass(frozen=True, slots=True)
+class Decision:
+    kind: str  # warmup | linucb
+    combination: Combination
+    sweep: tuple[SweepStep, ...] = ()
+
+
+@dataclass
+class FitLog:
+    fits: int = 0
+    seconds: float = 0.0
+    epochs: list[int] = field(default_factory=list)
+
+
+class BanditSearch:
+    """The decision loop, apart from how a pull is paid for: ``decide`` -> pull -> ``observe``.
+
+    The first ``len(warmup)`` decisions are the given warm-up combinations; then each decision
+    refits the surrogate from scratch on every observation (seeded by ``seed`` + their count, so a
+    resumed search refits exactly as the first run did), starts at the incumbent and makes one
+    LinUCB coordinate sweep.
+    """
+
+    def __init__(self, table: FeatureTable, *, make_surrogate: Callable[[], Surrogate],
+                 warmup: Sequence[Combination], alpha: float = 0.2, ridge: float = 1.0,
+                 coefficient: float = 10.0, seed: int = 0) -> None:
+        self.table = table
+        self.make_surrogate = make_surrogate
+        self.warmup = [tuple(c) for c in warmup]
+        self.alpha = alpha
+        self.seed = seed
+        self.fisher = FisherMatrix(table.dimension, ridge=ridge, coefficient=coefficient)
+        self.combinations: list[Combination] = []
+        self.scores: list[float] = []
+        self.fit_log = FitLog()
+        self._surrogate: Surrogate | None = None
+        self._fitted_on = -1
+
+    def observe(self, combination: Combination, score: float) -> None:
+        combination = tuple(combination)
+        self.combinations.append(combination)
+        self.scores.append(float(score))
+        self.fisher.update(self.table.features([combination])[0], combination)
+
+    def decide(self) -> Decision:
+        if len(self.combinations) < len(self.warmup):
+            return Decision("warmup", self.warmup[len(self.combinations)])
+        start, _ = self.incumbent()
+        combination, steps = coordinate_search(start, self.table, self.predict, self.fisher, self.alpha)
+        return Decision("linucb", combination, tuple(steps))
+
+    def incumbent(self) -> tuple[Combination, float]:
+        """The observed combination with the highest posterior mean (ties: the earliest)."""
+        if not self.combinations:
+            raise ValueError("no observations yet")
+        distinct = list(dict.fromkeys(self.combinations))
+        means = self.predict(self.table.features(distinct))
+        index = int(np.argmax(means))
+        return distinct[index], float(means[index])
+
+    def predict(self, xs: np.ndarray) -> np.ndarray:
+        self._fit()
+        assert self._surrogate is not None
+        nodes = np.asarray(xs).reshape(len(xs), len(self.table.roles), self.table.width)
+        return np.asarray(self._surrogate.predict(nodes), dtype=np.float64)
+
+    def _fit(self) -> None:
+        if self._fitted_on == len(self.combinations):
+            return
+        started = time.monotonic()
+        surrogate = self.make_surrogate()
+        report = surrogate.fit(self.table.nodes(self.combinations), np.asarray(self.scores),
+                               seed=self.seed + len(self.combinations))
+        self.fit_log.fits += 1
+        self.fit_log.seconds += time.monotonic() - started
+        self.fit_log.epochs.append(int(getattr(report, "epochs", 0)))
+        self._surrogate, self._fitted_on = surrogate, len(self.combinations)

@@ -22,23 +22,14 @@ import asyncio
 import random
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
-
-import numpy as np
 
 from optimizers.base import OptimizationResult, OptimizeContext, Optimizer
 from optimizers.candidate import ROLE_PREFIX, Candidate
 from optimizers.evaluator import Rollout
 from optimizers.journal import content_hash, read_json, write_json_atomic
-from optimizers.maspob.bandit import (
-    Combination,
-    FeatureTable,
-    FisherMatrix,
-    LinearPosterior,
-    best_observed,
-    coordinate_search,
-)
+from optimizers.maspob.bandit import BanditSearch, Combination, Decision, FeatureTable, LinearPosterior
 from optimizers.maspob.graph import TeamGraph, team_graph
 from optimizers.maspob.pool import Pool, PoolBuilder, PoolSettings, pool_identity
 from optimizers.reflection import ReflectionModel, RolloutGuard, params_from, team_description
@@ -164,9 +155,6 @@ class _Timing:
     pool_seconds: float = 0.0
     pool_reused: bool = False
     embedding_seconds: float = 0.0
-    fits: int = 0
-    fit_seconds: float = 0.0
-    fit_epochs: list[int] = field(default_factory=list)
 
 
 class _Run:
@@ -182,12 +170,8 @@ class _Run:
         self.pulls: list[Pull] = []
         self.history: list[dict[str, Any]] = []
         self.timing = _Timing()
-        self.fitted_on = -1
-        self.surrogate: Any = None
         self.pool: Pool | None = None
-        self.table: FeatureTable | None = None
-        self.fisher: FisherMatrix | None = None
-        self.reflection: ReflectionModel | None = None
+        self.search: BanditSearch | None = None
 
     @property
     def minibatch(self) -> int:
@@ -200,51 +184,42 @@ class _Run:
 
     async def go(self) -> OptimizationResult:
         if not self.affordable():
-            return self._result(self.seed, STOP_BUDGET, None)
+            return self._result(self.seed, None)
         p = self.params
         warmups = max(1, min(p.pretrain_pulls, self.ctx.budget.remaining // self.minibatch - 1))
+        table = await self._prepare()
         rng = random.Random(self.method_seed)
-        await self._prepare()
-        assert self.table is not None
-        warm_combinations = [tuple(rng.randrange(n) for n in self.table.sizes) for _ in range(warmups)]
-        saved = self._load_state()
-        for pull in saved:
-            if not self.affordable():
-                break
+        self.search = BanditSearch(
+            table, make_surrogate=self._new_surrogate,
+            warmup=[tuple(rng.randrange(n) for n in table.sizes) for _ in range(warmups)],
+            alpha=p.ucb_alpha, ridge=p.ucb_lambda, coefficient=p.fisher_coefficient, seed=self.method_seed)
+        for pull in self._load_state():
             await self._replay(pull)
-        while len(self.pulls) < warmups and self.affordable():
-            if not await self._pull("warmup", warm_combinations[len(self.pulls)]):
-                return self._finish()
         while self.affordable():
-            self._fit()
-            start, _ = best_observed([q.combination for q in self.pulls], self._predict, self.table)
-            combination, steps = coordinate_search(start, self.table, self._predict, self.fisher, p.ucb_alpha)
-            sweep = tuple({"role": s.role, "chosen": s.chosen, "mean": s.mean, "bonus": s.bonus} for s in steps)
-            if not await self._pull("linucb", combination, sweep):
+            decision = self.search.decide()
+            if not await self._pull(decision):
                 break
         return self._finish()
 
-    async def _prepare(self) -> None:
-        """Pool, embeddings, features, an empty Fisher matrix."""
+    async def _prepare(self) -> FeatureTable:
+        """The pool (generated or reused) and its embeddings."""
         p = self.params
-        self.reflection = ReflectionModel.from_context(self.ctx, "maspob",
-                                                       max_consecutive_failures=p.reflection_max_retries + 1)
+        reflection = ReflectionModel.from_context(self.ctx, "maspob",
+                                                  max_consecutive_failures=p.reflection_max_retries + 1)
         seeds = {role: self.seed.roles()[role] for role in self.graph.roles}
         model_id = getattr(getattr(self.ctx.reflection, "config", None), "id", None)
         identity = pool_identity(model=model_id, seeds=seeds, settings=p.pool, job_seed=self.ctx.seed, team=self.team)
-        builder = PoolBuilder(self.reflection, settings=p.pool, team=self.team, rng=random.Random(self.method_seed + 1),
+        builder = PoolBuilder(reflection, settings=p.pool, team=self.team, rng=random.Random(self.method_seed + 1),
                               workdir=self.ctx.workdir, identity=identity)
         started = time.monotonic()
         self.pool, self.timing.pool_reused = await builder.build(seeds)
         self.timing.pool_seconds = time.monotonic() - started
         started = time.monotonic()
-        vectors = await asyncio.to_thread(self._embeddings, identity)
+        vectors = await asyncio.to_thread(self._embeddings)
         self.timing.embedding_seconds = time.monotonic() - started
-        self.table = FeatureTable(self.graph.roles, vectors)
-        self.fisher = FisherMatrix(self.table.dimension, ridge=p.ucb_lambda, coefficient=p.fisher_coefficient)
-        self.surrogate = self._new_surrogate()
+        return FeatureTable(self.graph.roles, vectors)
 
-    def _embeddings(self, identity: Mapping[str, Any]) -> dict[str, list[list[float]]]:
+    def _embeddings(self) -> dict[str, list[list[float]]]:
         from optimizers.maspob.embeddings import MODEL_SHA256, embed
 
         assert self.pool is not None
@@ -269,34 +244,6 @@ class _Run:
         return GATv2Surrogate(self.graph, GNNSettings(p.gnn_hidden, p.gnn_layers, p.gnn_heads, p.gnn_dropout,
                                                       p.gnn_lr, p.gnn_weight_decay, p.gnn_max_epochs, p.gnn_patience))
 
-    # ---------------------------------------------------------------- surrogate
-
-    def _fit(self) -> None:
-        """Retrain from scratch on every pull so far (seeded by the pull count), once per pull."""
-        if self.fitted_on == len(self.pulls):
-            return
-        assert self.table is not None
-        combinations = [q.combination for q in self.pulls]
-        scores = np.asarray([q.score for q in self.pulls])
-        started = time.monotonic()
-        if isinstance(self.surrogate, LinearPosterior):
-            self.surrogate.fit(self.table.features(combinations), scores)
-            epochs = 0
-        else:
-            self.surrogate = self._new_surrogate()
-            report = self.surrogate.fit(self.table.nodes(combinations), scores, seed=self.method_seed + len(self.pulls))
-            epochs = report.epochs
-        self.timing.fits += 1
-        self.timing.fit_seconds += time.monotonic() - started
-        self.timing.fit_epochs.append(epochs)
-        self.fitted_on = len(self.pulls)
-
-    def _predict(self, xs: np.ndarray) -> np.ndarray:
-        assert self.table is not None
-        if isinstance(self.surrogate, LinearPosterior):
-            return self.surrogate.predict(xs)
-        return self.surrogate.predict(xs.reshape(xs.shape[0], self.graph.nodes, self.table.width))
-
     # ---------------------------------------------------------------- pulls
 
     def candidate(self, combination: Combination) -> Candidate:
@@ -315,16 +262,17 @@ class _Run:
         self.guard.check(rollouts)
         return rollouts
 
-    async def _pull(self, kind: str, combination: Combination, sweep: tuple[Mapping[str, Any], ...] = ()) -> bool:
+    async def _pull(self, decision: Decision) -> bool:
         """Run one pull; False when the budget cut it short (nothing is recorded then)."""
-        candidate = self.candidate(combination)
+        candidate = self.candidate(decision.combination)
         batch = self.stream.batch(len(self.pulls), self.minibatch)
         rollouts = await self._evaluate(candidate, batch)
         usable = [r for r in rollouts if r.usable]
         if any(r.budget_exhausted for r in rollouts) or not usable:
             return False
-        score = sum(r.score for r in usable) / len(usable)
-        self._record(Pull(len(self.pulls), kind, combination, batch, round(score, 6), candidate.id, sweep))
+        score = round(sum(r.score for r in usable) / len(usable), 6)
+        self._record(Pull(len(self.pulls), decision.kind, decision.combination, batch, score, candidate.id,
+                          tuple(step.to_json() for step in decision.sweep)))
         return True
 
     async def _replay(self, pull: Pull) -> None:
@@ -337,9 +285,9 @@ class _Run:
         self._record(pull)
 
     def _record(self, pull: Pull) -> None:
-        assert self.table is not None and self.fisher is not None
+        assert self.search is not None
         self.pulls.append(pull)
-        self.fisher.update(self.table.features([pull.combination])[0], pull.combination)
+        self.search.observe(pull.combination, pull.score)
         row = {"event": pull.kind, "pull": pull.number, "combination": self._named(pull.combination),
                "problems": [f"{p}#{s}" for p, s in pull.batch], "score": pull.score,
                "candidate_id": pull.candidate_id, "charged": self.ctx.budget.charged}
@@ -347,10 +295,10 @@ class _Run:
             row["sweep"] = [dict(s) for s in pull.sweep]
         self.history.append(row)
         self.ctx.tracker.log(row["charged"], {"maspob/pull": pull.number, "maspob/score": pull.score,
-                                              "maspob/fit_seconds": round(self.timing.fit_seconds, 3)})
+                                              "maspob/fit_seconds": round(self.search.fit_log.seconds, 3)})
         self.ctx.save_state(STATE_NAME, {"identity": self._state_identity(),
                                          "pulls": [q.to_json() for q in self.pulls],
-                                         "fisher": self.fisher.to_json()})
+                                         "fisher": self.search.fisher.to_json()})
         self._save_timing()
 
     def _state_identity(self) -> dict[str, Any]:
@@ -371,22 +319,23 @@ class _Run:
     # ---------------------------------------------------------------- result
 
     def _finish(self) -> OptimizationResult:
-        if not self.pulls:
-            return self._result(self.seed, STOP_BUDGET, None)
-        assert self.table is not None
-        self._fit()
-        combination, mean = best_observed([q.combination for q in self.pulls], self._predict, self.table)
+        if self.search is None or not self.pulls:
+            return self._result(self.seed, None)
+        incumbent = self.search.incumbent()
         self._save_timing()
-        return self._result(self.candidate(combination), STOP_BUDGET, (combination, mean))
+        return self._result(self.candidate(incumbent[0]), incumbent)
 
     def _save_timing(self) -> None:
         t = self.timing
+        fits = self.search.fit_log if self.search else None
         write_json_atomic(self.ctx.workdir / TIMING_FILE, {
             "pool_seconds": round(t.pool_seconds, 3), "pool_reused": t.pool_reused,
-            "embedding_seconds": round(t.embedding_seconds, 3), "surrogate_fits": t.fits,
-            "surrogate_fit_seconds": round(t.fit_seconds, 3), "surrogate_epochs": t.fit_epochs})
+            "embedding_seconds": round(t.embedding_seconds, 3),
+            "surrogate_fits": fits.fits if fits else 0,
+            "surrogate_fit_seconds": round(fits.seconds, 3) if fits else 0.0,
+            "surrogate_epochs": list(fits.epochs) if fits else []})
 
-    def _result(self, best: Candidate, stop: str, incumbent: tuple[Combination, float] | None) -> OptimizationResult:
+    def _result(self, best: Candidate, incumbent: tuple[Combination, float] | None) -> OptimizationResult:
         pool = self.pool
         metadata: dict[str, Any] = {
             "graph": {"shape": self.graph.shape, "roles": list(self.graph.roles),
@@ -397,10 +346,10 @@ class _Run:
             "warmup_pulls": sum(q.kind == "warmup" for q in self.pulls),
             "incumbent_combination": self._named(incumbent[0]) if incumbent else None,
             "incumbent_posterior_mean": round(incumbent[1], 6) if incumbent else None,
-            "fisher_matrix": self.fisher.to_json() if self.fisher else None,
+            "fisher_matrix": self.search.fisher.to_json() if self.search else None,
             "charged_rollouts": self.ctx.budget.charged,
             "params": {k: getattr(self.params, k) for k in self.params.__dataclass_fields__},
         }
         if pool is not None:
             metadata["reflection"] = dict(pool.usage)  # the pool is MASPOB's only reflection use
-        return OptimizationResult(best=best, stop_reason=stop, history=self.history, metadata=metadata)
+        return OptimizationResult(best=best, stop_reason=STOP_BUDGET, history=self.history, metadata=metadata)
