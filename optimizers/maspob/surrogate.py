@@ -1,7 +1,7 @@
 """The graph neural surrogate: a GATv2 over the team graph predicting a combination's score.
 
 Node features are the chosen prompts' embeddings; ``layers`` GATv2 layers (torch-geometric's
-``GATv2Conv``, ``heads`` attention heads, self loops added) with ELU and dropout, a mean over the
+``GATv2Conv``, ``heads`` attention heads, over the team's edges plus self loops) with ELU and dropout, a mean over the
 nodes, a linear head and a sigmoid (scores lie in [0, 1]). Trained from scratch on every pull so
 far with Adam on the mean squared error, full batch, for at most ``max_epochs`` epochs with early
 stopping after ``patience`` epochs without a lower training loss; the best weights are kept.
@@ -63,7 +63,8 @@ def _network(width: int, settings: GNNSettings) -> Any:
             super().__init__()
             sizes = [width] + [settings.hidden * settings.heads] * settings.layers
             self.convs = torch.nn.ModuleList(
-                GATv2Conv(sizes[i], settings.hidden, heads=settings.heads, add_self_loops=True)
+                # Self loops are part of the batched edge index already (built once per fit).
+                GATv2Conv(sizes[i], settings.hidden, heads=settings.heads, add_self_loops=False)
                 for i in range(settings.layers))
             self.head = torch.nn.Linear(sizes[-1], 1)
 
@@ -89,12 +90,10 @@ class GATv2Surrogate:
 
         graphs, k, width = nodes.shape
         x = torch.as_tensor(nodes.reshape(graphs * k, width), dtype=torch.float32)
-        base = torch.as_tensor(self.graph.edges, dtype=torch.long).reshape(-1, 2).T  # (2, E)
-        if base.numel():
-            offsets = (torch.arange(graphs, dtype=torch.long) * k).repeat_interleave(base.shape[1])
-            edge_index = base.repeat(1, graphs) + offsets
-        else:
-            edge_index = torch.zeros((2, 0), dtype=torch.long)
+        loops = tuple((i, i) for i in range(k))
+        base = torch.as_tensor(self.graph.edges + loops, dtype=torch.long).T  # (2, E): edges and self loops
+        offsets = (torch.arange(graphs, dtype=torch.long) * k).repeat_interleave(base.shape[1])
+        edge_index = base.repeat(1, graphs) + offsets
         batch = torch.arange(graphs, dtype=torch.long).repeat_interleave(k)
         return x, edge_index, batch, graphs
 
@@ -104,7 +103,7 @@ class GATv2Surrogate:
         with _deterministic_cpu() as torch:
             torch.manual_seed(seed)
             model = _network(nodes.shape[2], s)
-            optimizer = torch.optim.Adam(model.parameters(), lr=s.lr, weight_decay=s.weight_decay)
+            optimizer = torch.optim.Adam(model.parameters(), lr=s.lr, weight_decay=s.weight_decay, foreach=True)
             x, edge_index, batch, graphs = self._batch(nodes)
             y = torch.as_tensor(np.asarray(targets), dtype=torch.float32)
             best_loss, best_state, since_best, epoch = float("inf"), None, 0, 0

@@ -243,25 +243,30 @@ def _state(out: Path) -> dict[str, Any]:
 
 @needs_extra
 def test_the_one_marked_variant_of_one_role_is_found_and_deployed(tmp_path: Path) -> None:
-    """Centralized team of 2: only the manager's "pattern-based" variant carries the marker."""
-    server = start_world(world="useful", maspob_marked=("manager", "pattern-based"))
+    """Centralized team of 2, pools of 20: only the manager's "checklist" variant carries the marker
+    (a variant the seeded warm-up does not draw, so the LinUCB search has to find it)."""
+    server = start_world(world="useful", maspob_marked=("manager", "checklist"))
     try:
         out = tmp_path / "job"
-        result = run_job(world_job_config(out, server.base_url, method="maspob", budget=120,
+        result = run_job(world_job_config(out, server.base_url, method="maspob", budget=40,
                                           topology="centralized", team_size=2), fast_runtime())
     finally:
         server.stop()
     optimization = read_sealed(out / "optimization.json")
     metadata = optimization["metadata"]
-    marked = metadata["pool_styles"]["manager"].index("pattern-based")
-    assert sum(MARKER in p for p in read_json(out / "optimization/native" / POOL_FILE)["pool"]["prompts"]["manager"]) == 1
+    marked = metadata["pool_styles"]["manager"].index("checklist")
+    pool = read_json(out / "optimization/native" / POOL_FILE)["pool"]["prompts"]
+    assert sum(MARKER in p for role in pool for p in pool[role]) == 1
     assert metadata["graph"]["shape"] == "star" and metadata["pool_sizes"] == {"manager": 20, "coder_worker": 20}
+    history = optimization["history"]
+    assert [row["event"] for row in history] == ["warmup"] * 5 + ["linucb"] * 3
+    first = next(row for row in history if row["combination"]["manager"] == marked)
+    assert first["event"] == "linucb" and first["score"] == 1.0
     assert metadata["incumbent_combination"]["manager"] == marked
     assert MARKER in optimization["incumbent_candidate"]["components"]["role/manager"]
+    assert optimization["budget"]["charged"] == 40 and optimization["stop_reason"] == "rollout_budget_spent"
     assert result["selection"]["selected_candidate"] == "incumbent"
     assert result["test"]["deployed_mean"] > result["test"]["baseline_mean"]
-    assert optimization["budget"]["charged"] == 120 and optimization["stop_reason"] == "rollout_budget_spent"
-    first = next(row for row in optimization["history"] if row["combination"]["manager"] == marked)
     timing = read_json(out / "optimization/native/maspob_timing.json")
     print(f"\n[maspob figure] marker first pulled at pull {first['pull']} (charged {first['charged']}); "
           f"pool {metadata['reflection']['calls']} reflection calls, {metadata['reflection']['total_tokens']} tokens; "
