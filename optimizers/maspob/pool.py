@@ -3,8 +3,9 @@
 Every variant must keep the seed's *interface* (``InterfaceManifest``): its placeholders,
 ``delegate_to_*`` names, XML-ish tags and code-fence languages exactly, and every role name,
 tool or other snake_case identifier and backticked identifier the seed mentions; its length must
-lie in ``[min_chars, max_length_ratio x seed]``. A variant that breaks this is regenerated (the
-model is told what it broke) up to ``max_retries`` times, then dropped; the pool over-generates
+lie in ``[min_chars, max_length_ratio x seed]``, and it must not merely repeat the seed. A variant
+that breaks this is regenerated (the model is told what it broke) up to ``max_retries`` times, then
+dropped, as is a duplicate of an earlier variant; the pool over-generates
 styles (``overgeneration``) so drops can be made up. A role still short of ``num_prompts`` is an
 ``IncompletePool`` error.
 
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import html
 import math
 import random
 import re
@@ -216,6 +218,12 @@ def pool_identity(*, model: str | None, seeds: Mapping[str, str], settings: Pool
     }
 
 
+def normalized(text: str) -> str:
+    """What two prompts are compared by: HTML entities decoded, white space and case folded
+    (a small model echoing the original with ``&#39;`` for ``'`` has not written a variant)."""
+    return " ".join(html.unescape(text).split()).casefold()
+
+
 def extract_variant(reply: str | None) -> str | None:
     if not reply:
         return None
@@ -275,7 +283,7 @@ class PoolBuilder:
             made = await asyncio.gather(*(self._variant(role, seed, manifest, style, index)
                                           for index, style in enumerate(wave, start=next_style - len(wave))))
             for style, (text, problems) in zip(wave, made, strict=True):
-                if text is not None and text not in prompts:
+                if text is not None and normalized(text) not in {normalized(p) for p in prompts}:
                     prompts.append(text)
                     used.append(style)
                 elif text is not None:
@@ -310,8 +318,8 @@ class PoolBuilder:
             found = manifest.violations(InterfaceManifest.of(text, tuple(manifest.role_names)))
             if len(text) < s.min_chars or len(text) > max_chars:
                 found.append(f"length {len(text)} outside {s.min_chars}..{max_chars}")
-            if text.strip() == seed.strip():
-                found.append("it is identical to the original")
+            if normalized(text) == normalized(seed):
+                found.append("it repeats the original; rewrite it in the requested style")
             if not found:
                 return text, ""
             problems = "; ".join(found)

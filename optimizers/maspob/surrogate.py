@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -56,7 +57,11 @@ def _deterministic_cpu() -> Iterator[Any]:
 
 def _network(width: int, settings: GNNSettings) -> Any:
     import torch
-    from torch_geometric.nn import GATv2Conv, global_mean_pool
+
+    with warnings.catch_warnings():
+        # torch-geometric's import still calls torch.jit.script, which this torch deprecates.
+        warnings.filterwarnings("ignore", message="`torch.jit.script` is deprecated", category=DeprecationWarning)
+        from torch_geometric.nn import GATv2Conv, global_mean_pool
 
     class GATv2Regressor(torch.nn.Module):
         def __init__(self) -> None:

@@ -39,14 +39,12 @@ from optimizers.protocol.job import run_job
 from optimizers.reflection import ReflectionModel
 from scripted_world import MARKER, REFLECTION_ID, REPO, fast_runtime, run_cli, start_world, world_job_config
 
-# torch-geometric's import warns about torch.jit.script; not ours to fix.
-pytestmark = pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated:DeprecationWarning")
 needs_extra = pytest.mark.skipif(bool(missing_dependencies()),
                                  reason=f"MASPOB's extra is not installed ({', '.join(missing_dependencies())})")
 
 SEED_PROMPT = textwrap.dedent("""\
     You are the manager. Read {problem} and delegate with `delegate_to_coder_worker`.
-    Run candidates with python_exec before you accept them; the coder_worker writes code.
+    Run candidates with python_exec before you accept them; the coder_worker's job is code.
     Answer inside <answer></answer>, for example:
     ```python
     print(1)
@@ -81,10 +79,12 @@ class _StyleClient:
     """A reflection stand-in for pool unit tests: answers by the style named in the prompt.
 
     ``breaks``: styles whose first answer drops the placeholder (fixed when told why);
-    ``never``: styles that never keep the interface."""
+    ``never``: styles that never keep the interface; ``echo``: styles whose first answer repeats
+    the original with an HTML entity for the apostrophe (as a small model did)."""
 
-    def __init__(self, breaks: set[str] = frozenset(), never: set[str] = frozenset()) -> None:
-        self.breaks, self.never = breaks, never
+    def __init__(self, breaks: set[str] = frozenset(), never: set[str] = frozenset(),
+                 echo: set[str] = frozenset()) -> None:
+        self.breaks, self.never, self.echo = breaks, never, echo
         self.calls = 0
 
     async def complete(self, role: str, messages: Any, *, decoding: Any, **_: Any) -> Any:
@@ -96,6 +96,8 @@ class _StyleClient:
         text = f"{seed}\nWork in a {style} way."
         if style in self.never or (style in self.breaks and not retried):
             text = text.replace("{problem}", "the problem")
+        if style in self.echo and not retried:
+            text = seed.replace("'", "&#39;")
 
         class Message:
             content = f"BEGIN PROMPT\n{text}\nEND PROMPT"
@@ -116,15 +118,17 @@ def _builder(tmp_path: Path, client: Any, settings: PoolSettings, model: str = "
 
 def test_pool_regenerates_broken_variants_drops_hopeless_ones_and_is_cached(tmp_path: Path) -> None:
     settings = PoolSettings(num_prompts=6)
-    client = _StyleClient(breaks={"systematic"}, never={"pattern-based"})
+    client = _StyleClient(breaks={"systematic"}, never={"pattern-based"}, echo={"code-rigorous"})
     pool, reused = asyncio.run(_builder(tmp_path, client, settings).build({"manager": SEED_PROMPT}))
     assert not reused and pool.size("manager") == 6 and pool.prompts["manager"][0] == SEED_PROMPT
     styles = pool.styles["manager"]
     assert styles[:3] == ("seed", "code-rigorous", "systematic")  # LCB's presets first
     assert "pattern-based" not in styles  # dropped after 1 + 3 attempts; an extra style made it up
     assert all("{problem}" in text for text in pool.prompts["manager"])
-    # 5 wanted: 4 fine at once, systematic once more, pattern-based 4 times, one extra style.
-    assert client.calls == 5 + 1 + 3 + 1 and pool.usage["calls"] == client.calls
+    # 5 wanted: 5 first answers, code-rigorous and systematic once more, pattern-based 3 more
+    # times, then one extra style.
+    assert client.calls == 5 + 1 + 1 + 3 + 1 and pool.usage["calls"] == client.calls
+    assert "&#39;" not in pool.prompts["manager"][1]
     again = _StyleClient()
     cached, reused = asyncio.run(_builder(tmp_path, again, settings).build({"manager": SEED_PROMPT}))
     assert reused and cached == pool and again.calls == 0
