@@ -238,6 +238,31 @@ def test_gatv2_fits_a_planted_graph_function_better_than_a_constant() -> None:
 
 
 # ------------------------------------------------------------------------------------------------
+# The encoder's weights
+
+
+def test_encoder_weights_must_be_the_published_file(tmp_path: Path) -> None:
+    from optimizers.maspob.embeddings import EncoderIntegrityError, verify_model
+
+    with pytest.raises(EncoderIntegrityError, match="is missing"):
+        verify_model(tmp_path)
+    (tmp_path / "model.safetensors").write_bytes(b"not the model")
+    with pytest.raises(EncoderIntegrityError, match="expected the published 53aa5117"):
+        verify_model(tmp_path)
+
+
+@needs_extra
+def test_the_bundled_encoder_is_the_published_model_and_embeds_offline() -> None:
+    from optimizers.maspob.embeddings import DIMENSION, embed, model_dir, verify_model
+
+    verify_model(model_dir())
+    vectors = np.asarray(embed(["print the sum", "print the sum", "sort the intervals"]))
+    assert vectors.shape == (3, DIMENSION) and np.allclose(np.linalg.norm(vectors, axis=1), 1, atol=1e-5)
+    assert np.array_equal(vectors[0], vectors[1]) and not np.array_equal(vectors[0], vectors[2])
+    assert os.environ["HF_HUB_OFFLINE"] == "1"
+
+
+# ------------------------------------------------------------------------------------------------
 # Whole jobs on the scripted world
 
 
