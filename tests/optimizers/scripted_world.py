@@ -48,7 +48,8 @@ def _fenced(text: str) -> str:
     return f"```\n{text}\n```"
 
 
-def reflection_reply(method: str, purpose: str, prompt: str, *, useful: bool) -> str | None:
+def reflection_reply(method: str, purpose: str, prompt: str, *, useful: bool,
+                     marked: tuple[str | None, str] = (None, "pattern-based")) -> str | None:
     """The scripted reflection model's answer for one purpose (None: not a request it knows)."""
     rule = MARKER if useful else "Write clean code."
     replies: dict[tuple[str, str], Any] = {
@@ -78,6 +79,8 @@ def reflection_reply(method: str, purpose: str, prompt: str, *, useful: bool) ->
         ("maspo", "propose"): lambda: f"<prompt>\n{_instruction(useful)}{_focus(prompt)}\n</prompt>",
         ("maspo", "judge"): lambda: judge_reply(prompt, useful=useful),
     }
+    if (method, purpose) == ("maspob", "variant"):
+        return maspob_variant(prompt, useful=useful, marked=marked)
     make = replies.get((method, purpose))
     return make() if make is not None else None
 
@@ -133,6 +136,25 @@ def judge_reply(prompt: str, *, useful: bool) -> str:
     return "0.9" if solves_a_problem(sections["REPLY"]) else "0.2"
 
 
+MASPOB_MARKED = (None, "pattern-based")  # (role or None for every role, style) that gets MARKER
+
+
+def maspob_variant(prompt: str, *, useful: bool, marked: tuple[str | None, str] = MASPOB_MARKED) -> str | None:
+    """A MASPOB pool variant: the seed prompt (kept verbatim, so its interface survives) plus a
+    line in the requested style; in the useful world the ``marked`` (role, style) adds MARKER."""
+    seed = re.search(r"^BEGIN PROMPT\n(.*?)\nEND PROMPT$", prompt, flags=re.MULTILINE | re.DOTALL)
+    role = re.search(r"system prompt of the `([^`]+)` role", prompt)
+    style = re.search(r"Style of the new prompt: ([a-z\-]+) -", prompt)
+    variant = re.search(r"\(Variant (\d+)\.\)", prompt)
+    if seed is None or role is None or style is None:
+        return None
+    extra = f"Work in a {style.group(1)} way" + (f" (variant {variant.group(1)})." if variant else ".")
+    want_role, want_style = marked
+    if useful and style.group(1) == want_style and want_role in (None, role.group(1)):
+        extra += f"\n{MARKER}"
+    return f"Here is the rewritten prompt.\nBEGIN PROMPT\n{seed.group(1)}\n{extra}\nEND PROMPT"
+
+
 def _segment_count(prompt: str) -> int:
     return len(re.findall(r"^### Step (\d+)", prompt, flags=re.MULTILINE)) or 1
 
@@ -147,7 +169,10 @@ def _conversation_text(request: Any) -> str:
     return "\n".join(parts)
 
 
-def reflection_rule(world: str = "useful", *, latency_s: float = 0.0) -> Any:
+def reflection_rule(
+    world: str = "useful", *, latency_s: float = 0.0,
+    maspob_marked: tuple[str | None, str] = MASPOB_MARKED,
+) -> Any:
     """The scripted reflection model as a rule (it answers reflection and judge requests only)."""
     from optimizers.judge import JUDGE_SYSTEM
     from optimizers.reflection import REFLECTION_SYSTEM
@@ -162,13 +187,15 @@ def reflection_rule(world: str = "useful", *, latency_s: float = 0.0) -> Any:
         tag = _TASK_TAG.search(request.system)
         if tag is None or world == "broken":
             return None  # no rule answers: the server replies HTTP 400
-        return reflection_reply(tag.group(1), tag.group(2), request.last_user, useful=world == "useful")
+        return reflection_reply(tag.group(1), tag.group(2), request.last_user, useful=world == "useful",
+                                marked=maspob_marked)
 
     return FunctionRule("reflect", reflect, latency_s=latency_s)
 
 
 def world_script(
-    *, world: str = "useful", seed_solves: Iterable[str] = (), latency_s: float = 0.0
+    *, world: str = "useful", seed_solves: Iterable[str] = (), latency_s: float = 0.0,
+    maspob_marked: tuple[str | None, str] = MASPOB_MARKED,
 ) -> Any:
     """The Script for a scripted server (``world``: useful | useless | broken)."""
     from optimizers.judge import JUDGE_SYSTEM
@@ -185,7 +212,8 @@ def world_script(
         return answer(request)
 
     return Script(
-        [reflection_rule(world, latency_s=latency_s), FunctionRule("solve", solve, latency_s=latency_s)],
+        [reflection_rule(world, latency_s=latency_s, maspob_marked=maspob_marked),
+         FunctionRule("solve", solve, latency_s=latency_s)],
         default=None,
     )
 
