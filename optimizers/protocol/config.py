@@ -68,4 +68,5 @@ class JobConfig:
     max_infrastructure_retries: int = 2
     tracker: TrackerSpec = TrackerSpec()
     quiet: bool = False
+    verbose: bool = False  # third-party chatter (W&B, LangChain) on stderr too
     log_level: str = "INFO"

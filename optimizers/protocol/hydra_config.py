@@ -257,6 +257,7 @@ def job_config_from_dict(raw: Mapping[str, Any]) -> JobConfig:
         ),
         tracker=tracker,
         quiet=_bool(raw.get("quiet", False), "quiet"),
+        verbose=_bool(raw.get("verbose", False), "verbose"),
         log_level=log_level,
     )
 

@@ -88,7 +88,7 @@ def test_defaults_are_the_protocol_constants() -> None:
     defaults = {f.name: f.default for f in dataclasses.fields(JobConfig) if f.default is not dataclasses.MISSING}
     for name in ("budget", "phase", "data", "release", "concurrency", "optimize_max_tests", "optimize_decoding",
                  "eval_decoding", "reflection_decoding", "max_infrastructure_retries", "reflection", "splits",
-                 "evaluation_cache", "allow_any_cell", "quiet", "log_level", "dataset", "tracker"):
+                 "evaluation_cache", "allow_any_cell", "quiet", "verbose", "log_level", "dataset", "tracker"):
         assert getattr(job, name) == defaults[name], name
     assert job.out == Path("runs/identity/lcb/centralized/qwen/0")
     assert cells.conformance(job).conformant
