@@ -182,10 +182,12 @@ def _resolve(
     model_id = MODEL_ALIASES.get(name, name)
     if not urls:
         keys = " / ".join(env_keys)
-        # An embedded model's own id (a reflection model named by id) gets that model, any other
-        # model the default embedded one.
-        embedded = next((a for a, m in EMBEDDED_MODELS.items() if m.id == model_id), "local")
-        return _local_config(f"no endpoint configured for {model_id} ({keys} unset)", embedded, **options)
+        # An embedded model's own id (a local job's reflection model) gets that model, with the
+        # same notice as its alias (shown once); any other model the default embedded one.
+        embedded = next((a for a, m in EMBEDDED_MODELS.items() if m.id == model_id), None)
+        if embedded is not None:
+            return _local_config(f"model '{embedded}' requested", embedded, **options)
+        return _local_config(f"no endpoint configured for {model_id} ({keys} unset)", **options)
     body = copy.deepcopy(dict(ALIAS_EXTRA_BODY.get(name, {})))
     body.update(extra_body or {})
     return ModelConfig(

@@ -95,7 +95,7 @@ def test_no_endpoint_uses_the_embedded_model_with_one_notice(monkeypatch, capsys
     assert local.endpoints == ("http://127.0.0.1:5555/v1",) and local.alias == "local"
 
 
-def test_the_stronger_embedded_model_is_served_by_alias_or_by_its_id(monkeypatch):
+def test_the_stronger_embedded_model_is_served_by_alias_or_by_its_id(monkeypatch, capsys):
     started = []
     monkeypatch.setattr(local_model, "ensure_server",
                         lambda model: started.append(model.alias) or "http://127.0.0.1:5556/v1")
@@ -106,6 +106,7 @@ def test_the_stronger_embedded_model_is_served_by_alias_or_by_its_id(monkeypatch
     # A job's reflection model is named by id: with no endpoint it is served, not swapped for 0.5B.
     reflection = models.resolve_reflection_model("qwen2.5-coder-1.5b-instruct", env={})
     assert reflection.id == "qwen2.5-coder-1.5b-instruct" and started == ["local-1.5b", "local-1.5b"]
+    assert capsys.readouterr().err.count("using the embedded local model") == 1  # one server, one notice
 
 
 # -------------------------------------------------------------------------------------------
