@@ -34,6 +34,15 @@ def options(group: str) -> list[str]:
     return sorted(p.stem for p in (CONF / group).glob("*.yaml"))
 
 
+def test_every_missing_required_setting_is_named_at_once() -> None:
+    with pytest.raises(ConfigError) as caught:
+        compose_job(["method=tavo"])
+    message = str(caught.value)
+    assert message.startswith("missing --topology NAME, --seed N; a first job on the embedded model: --method")
+    with pytest.raises(ConfigError, match="^seed is required"):
+        compose_job(["method=tavo", "topology=single"])
+
+
 @pytest.mark.parametrize("method", options("method"))
 def test_every_method_composes(method: str) -> None:
     job = compose_job([f"method={method}", "topology=centralized", "seed=0"])
