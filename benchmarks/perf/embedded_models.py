@@ -79,7 +79,8 @@ def main(argv: list[str] | None = None) -> int:
         model = embedded_model(alias)
         started = time.perf_counter()
         base_url = ensure_server(model=model)
-        row: dict[str, object] = {"model": alias, "id": model.id, "server_start_s": round(time.perf_counter() - started, 1)}
+        row: dict[str, object] = {"model": alias, "id": model.id,
+                                  "server_start_s": round(time.perf_counter() - started, 1)}
         try:
             stream_once(base_url, model.id, 8)  # warm-up: load pages, fill caches
             trials = [stream_once(base_url, model.id, args.tokens) for _ in range(args.trials)]
