@@ -87,13 +87,11 @@ EMBEDDED_MODELS: dict[str, EmbeddedModel] = {
     )
 }
 DEFAULT_MODEL = EMBEDDED_MODELS["local"]
-# The default model's facts under their historical names.
+# The default model's facts under their historical names (used by tests and callers).
 MODEL_ID = DEFAULT_MODEL.id
-MODEL_FILE = DEFAULT_MODEL.file
 EXPECTED_SHA256 = DEFAULT_MODEL.sha256
 EXPECTED_SIZE = DEFAULT_MODEL.size
 PART_MODULES = DEFAULT_MODEL.part_modules
-WEIGHTS_HINT = DEFAULT_MODEL.weights_hint
 
 
 def embedded_model(name: str) -> EmbeddedModel:
@@ -102,10 +100,6 @@ def embedded_model(name: str) -> EmbeddedModel:
         if name in (model.alias, model.id):
             return model
     raise LocalModelError(f"unknown embedded model {name!r}; choose one of {', '.join(EMBEDDED_MODELS)}")
-
-
-def is_embedded(name: str) -> bool:
-    return any(name in (model.alias, model.id) for model in EMBEDDED_MODELS.values())
 
 
 class LocalModelError(LcbError):
