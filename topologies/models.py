@@ -36,13 +36,13 @@ from urllib.parse import urlsplit
 from lcb.errors import LcbError
 from topologies.types import Decoding, ErrorKind, ModelCallError, Usage
 
-from topologies.local_model import MODEL_ID as LOCAL_MODEL_ID  # noqa: E402 - stdlib-only module
+from topologies.local_model import EMBEDDED_MODELS  # noqa: E402 - stdlib-only module
 
 MODEL_ALIASES: Mapping[str, str] = MappingProxyType(
     {
         "qwen": "Qwen/Qwen3.5-9B",
         "llama": "meta-llama/Llama-3.1-8B-Instruct",
-        "local": LOCAL_MODEL_ID,
+        **{alias: model.id for alias, model in EMBEDDED_MODELS.items()},  # local, local-1.5b
     }
 )
 
@@ -141,16 +141,17 @@ def _notice_once(text: str) -> None:
     print(f"note: {text}", file=sys.stderr, flush=True)
 
 
-def _local_config(reason: str, **options: Any) -> ModelConfig:
-    from topologies.local_model import ensure_server
+def _local_config(reason: str, model_name: str = "local", **options: Any) -> ModelConfig:
+    from topologies.local_model import embedded_model, ensure_server
 
-    url = ensure_server()
-    _notice_once(f"{reason}; using the embedded local model {LOCAL_MODEL_ID} at {url}")
+    model = embedded_model(model_name)
+    url = ensure_server(model=model)
+    _notice_once(f"{reason}; using the embedded local model {model.id} at {url}")
     return ModelConfig(
-        id=LOCAL_MODEL_ID,
+        id=model.id,
         endpoints=(url,),
         api_key="EMPTY",
-        alias="local",
+        alias=model.alias,
         token_limit_field="max_tokens",
         **options,
     )
@@ -171,8 +172,8 @@ def _resolve(
     if not name:
         raise ModelConfigError("model name is empty")
     options = {"timeout_s": timeout_s, "max_retries": max_retries, "backoff_s": backoff_s}
-    if name == "local":
-        return _local_config("model 'local' requested", **options)
+    if name in EMBEDDED_MODELS:
+        return _local_config(f"model '{name}' requested", name, **options)
     urls = parse_endpoints(endpoints)
     for key in env_keys:
         if urls:
@@ -181,6 +182,11 @@ def _resolve(
     model_id = MODEL_ALIASES.get(name, name)
     if not urls:
         keys = " / ".join(env_keys)
+        # An embedded model's own id (a local job's reflection model) gets that model, with the
+        # same notice as its alias (shown once); any other model the default embedded one.
+        embedded = next((a for a, m in EMBEDDED_MODELS.items() if m.id == model_id), None)
+        if embedded is not None:
+            return _local_config(f"model '{embedded}' requested", embedded, **options)
         return _local_config(f"no endpoint configured for {model_id} ({keys} unset)", **options)
     body = copy.deepcopy(dict(ALIAS_EXTRA_BODY.get(name, {})))
     body.update(extra_body or {})

@@ -54,6 +54,7 @@ MODEL_IDS: Mapping[str, str] = {
     "qwen": "Qwen/Qwen3.5-9B",
     "llama": "meta-llama/Llama-3.1-8B-Instruct",
     "local": "qwen2.5-coder-0.5b-instruct",
+    "local-1.5b": "qwen2.5-coder-1.5b-instruct",
 }
 GRID_MODELS = ("qwen", "llama")
 CONFORMANT_REFLECTION_MODEL = "Qwen/Qwen3.5-122B-A10B-FP8"

@@ -81,4 +81,5 @@ class JobConfig:
     force_resume: bool = False  # continue a job folder made by other code versions (marked in result)
     tracker: TrackerSpec = TrackerSpec()
     quiet: bool = False
+    verbose: bool = False  # third-party chatter (W&B, LangChain) on stderr too
     log_level: str = "INFO"

@@ -47,10 +47,27 @@ TRACKER_KINDS = ("jsonl", "wandb")
 TRACKER_MODES = ("offline", "online", "disabled")
 
 
+# What a job cannot run without, and the flag that gives it.
+REQUIRED = (("method", "--method NAME"), ("topology", "--topology NAME"), ("seed", "--seed N"))
+FIRST_JOB = ("--method tavo --topology single --model local --seed 0 --data builtin --splits "
+             "benchmarks/lcb/quickstart_splits.json --budget 6 --allow-any-cell")
+
+
+def missing_required(cfg: Any) -> list[str]:
+    """The flags of every required setting the composed config lacks (a group left null or ???)."""
+    from omegaconf import OmegaConf
+
+    return [flag for key, flag in REQUIRED
+            if key not in cfg or OmegaConf.is_missing(cfg, key) or cfg.get(key) is None]
+
+
 def job_config(cfg: Any) -> JobConfig:
     """Composed DictConfig -> JobConfig (a sweep job takes its endpoint from ``endpoint_pool``)."""
     from optimizers.protocol.endpoint_pool import EndpointPoolError, apply_endpoint_pool, hydra_job_num
 
+    missing = missing_required(cfg)
+    if len(missing) > 1:  # name them all at once (one missing setting gets its own message below)
+        raise ConfigError(f"missing {', '.join(missing)}; a first job on the embedded model: {FIRST_JOB}")
     try:
         raw = apply_endpoint_pool(to_container(cfg), hydra_job_num())
     except EndpointPoolError as exc:
@@ -276,6 +293,7 @@ def job_config_from_dict(raw: Mapping[str, Any]) -> JobConfig:
         force_resume=_bool(raw.get("force_resume", False), "force_resume"),
         tracker=tracker,
         quiet=_bool(raw.get("quiet", False), "quiet"),
+        verbose=_bool(raw.get("verbose", False), "verbose"),
         log_level=log_level,
     )
 

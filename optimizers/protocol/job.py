@@ -358,6 +358,7 @@ class Job:
             "usage": {"task": attempts_usage(self.store.optimization_dir / "attempts.jsonl"),
                       "reflection": reflection_usage},
             "uncharged_calls": uncharged_calls(result),
+            "proposals": proposals_evaluated(self.store.optimization_dir / "rollouts.jsonl", self.seed_candidate.id),
             "elapsed_seconds": round(time.monotonic() - started, 3),
             "history": json_safe(list(result.history)),
             "metadata": json_safe(dict(result.metadata)),
@@ -568,6 +569,7 @@ class Job:
                     "unusable_rollouts": budget["unusable_rollouts"],
                 },
                 "usage": optimization["usage"],
+                "proposals": optimization.get("proposals"),  # absent in jobs optimized before it existed
                 "elapsed_seconds": optimization["elapsed_seconds"],
                 "incumbent_candidate_id": optimization["incumbent_candidate"]["id"],
                 "optimization_id": optimization["optimization_id"],
@@ -619,6 +621,16 @@ def attempts_usage(path: Path) -> dict[str, int]:
         for key, value in (record.get("usage") or {}).items():
             total[key] = total.get(key, 0) + int(value)
     return total
+
+
+def proposals_evaluated(path: Path, seed_id: str) -> dict[str, int]:
+    """How many candidates other than the seed got charged rollouts, and how many rollouts they
+    got: the first thing to check in a small run is that the method proposed something and tested it."""
+    per_candidate: dict[str, int] = {}
+    for record in read_jsonl(path):
+        if record.get("charged") and record.get("candidate_id") != seed_id:
+            per_candidate[record["candidate_id"]] = per_candidate.get(record["candidate_id"], 0) + 1
+    return {"candidates_evaluated": len(per_candidate), "rollouts": sum(per_candidate.values())}
 
 
 def _reflection_usage(result: Any, client: Any) -> dict[str, Any] | None:

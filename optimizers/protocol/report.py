@@ -52,6 +52,14 @@ def render_png(figure: Any) -> bytes:
     return buffer.getvalue()
 
 
+def mark_nonconformant(figure: Any, label: str | None) -> Any:
+    """Stamp the warning above the figure, so a PNG shown on its own still says what it is."""
+    if label:
+        figure.text(0.5, 1.0, label.replace("; ", "\n"), ha="center", va="bottom", color="#b00020",
+                    fontsize=9, fontweight="bold")
+    return figure
+
+
 def _fmt_pp(value: float | None) -> str:
     return "–" if value is None else f"{value:+.2f}"
 
@@ -90,6 +98,7 @@ th { background: #f3f3f3; } td.l, th.l { text-align: left; }
 .partial { color: #a15c00; } .caption { color: #555; font-size: 0.9rem; }
 img { max-width: 100%; border: 1px solid #eee; }
 .notes li { font-size: 0.8rem; color: #555; }
+.nonconformant { color: #b00020; font-weight: 600; font-size: 0.9rem; }
 """
 
 
@@ -97,13 +106,15 @@ def render_html(data: Any, images: dict[str, bytes], roots: Sequence[Path]) -> s
     from optimizers.protocol.report_plots import PANELS
 
     escape = html.escape
+    warning = data.nonconformant_label
+    mark = f"<p class=\"nonconformant\">{escape(warning)}</p>" if warning else ""
     parts = [
         "<!DOCTYPE html>", "<html lang=\"en\"><head><meta charset=\"utf-8\">",
         "<title>lcb-grid comparison report</title>", f"<style>{_STYLE}</style></head><body>",
         "<h1>lcb-grid: does optimization help the team?</h1>",
         f"<p class=\"caption\">{len(data.jobs)} job(s) in {len(data.cells)} cell(s) from "
         f"{escape(', '.join(str(r) for r in roots))}; generated {escape(time.strftime('%Y-%m-%d %H:%M:%S'))}.</p>",
-        "<section id=\"panel-summary\"><h2>Cells</h2><table><thead><tr>"
+        f"<section id=\"panel-summary\"><h2>Cells</h2>{mark}<table><thead><tr>"
         "<th class=\"l\">method</th><th class=\"l\">runtime</th><th class=\"l\">model</th><th>seeds</th>"
         "<th>seed pass@1</th><th>deployed pass@1</th><th>Δpp</th><th>95 % CI (pp)</th><th>fallbacks</th>"
         "<th>judge/probe calls (tokens) per job</th></tr></thead><tbody>",
@@ -125,7 +136,7 @@ def render_html(data: Any, images: dict[str, bytes], roots: Sequence[Path]) -> s
     for panel_id, panel in PANELS.items():
         encoded = base64.b64encode(images[panel_id]).decode("ascii")
         parts.append(
-            f"<section id=\"panel-{panel_id}\" class=\"panel\"><h2>{escape(panel.title)}</h2>"
+            f"<section id=\"panel-{panel_id}\" class=\"panel\"><h2>{escape(panel.title)}</h2>{mark}"
             f"<p class=\"caption\">{escape(panel.caption)}</p>"
             f"<img alt=\"{escape(panel.title)}\" src=\"data:image/png;base64,{encoded}\"></section>")
     if data.notes or data.skipped:
@@ -145,7 +156,7 @@ def write_report(data: Any, out: Path, roots: Sequence[Path]) -> dict[str, Path]
     images: dict[str, bytes] = {}
     written: dict[str, Path] = {}
     for panel_id, panel in PANELS.items():
-        images[panel_id] = render_png(panel.draw(data))
+        images[panel_id] = render_png(mark_nonconformant(panel.draw(data), data.nonconformant_label))
         target = out / f"{panel_id}.png"
         temp = target.with_name(f".{target.name}.tmp")
         temp.write_bytes(images[panel_id])
@@ -156,6 +167,7 @@ def write_report(data: Any, out: Path, roots: Sequence[Path]) -> dict[str, Path]
 
     payload = {"schema": SCHEMA, "roots": [str(r) for r in roots], "cells": summary_rows(data),
                "trust": trust_payload(data),
+               "nonconformant_jobs": data.nonconformant_jobs,
                "panels": {k: f"{k}.png" for k in PANELS}, "notes": list(data.notes), "skipped": list(data.skipped)}
     write_text_atomic(out / "report.json", json.dumps(payload, indent=2, sort_keys=True) + "\n")
     written["html"] = out / "report.html"
@@ -223,7 +235,8 @@ def build_parser() -> OneLineParser:
                         help="job folders or folders searched recursively for result.json")
     parser.add_argument("--out", type=Path, required=True, help="folder for report.html and the PNGs")
     parser.add_argument("--include-nonconformant", action="store_true",
-                        help="also use results that are off-grid or not run under the protocol")
+                        help="also use results that are off-grid or not run under the protocol (a folder "
+                             "with no conformant result uses its non-conformant ones anyway, marked)")
     parser.add_argument("--seeds", default=None,
                         help="the seeds a complete cell has (comma-separated; default: the grid's 0,1,2)")
     parser.add_argument("--bootstrap", type=int, default=2000, help="bootstrap replicates for the CIs (>= 100)")
@@ -261,7 +274,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             log.warning("%s does not exist", root)
     from optimizers.protocol.report_data import load
 
-    data = load(args.roots, include_nonconformant=args.include_nonconformant, replicates=args.bootstrap,
+    data = load(args.roots, include_nonconformant=True if args.include_nonconformant else None,
+                replicates=args.bootstrap,
                 seeds=seeds)
     if not data.jobs:
         nonconformant = sum(1 for s in data.skipped if "non-conformant" in s)
@@ -273,6 +287,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
     for reason in data.skipped:
         log.warning("skipped %s", reason)
+    if data.nonconformant_label:
+        log.warning("%s; every panel says so", data.nonconformant_label)
     written = write_report(data, args.out, args.roots)
     log.info("%d job(s), %d cell(s): report written to %s", len(data.jobs), len(data.cells), written["html"])
     if args.wandb:

@@ -4,7 +4,9 @@ Each job folder gives its sealed ``result.json`` (through ``optimizers.protocol.
 report and the aggregate table agree on which results count), its learning curve, its token and
 wall-time costs, and the per-problem records of its test evaluations (for pass@1 by difficulty).
 Cells are grouped and compared with the aggregate's own functions; a cell that misses seeds is
-still shown, marked partial, from the seeds it has.
+still shown, marked partial, from the seeds it has. A folder with no conformant result (local
+runs, small budgets) is drawn from its non-conformant results, which the report then marks on
+every panel; once conformant results exist they alone are drawn unless asked otherwise.
 """
 
 from __future__ import annotations
@@ -75,6 +77,16 @@ class ReportData:
     cells: list[CellView] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    nonconformant_jobs: int = 0  # drawn jobs that ran off the grid protocol
+
+    @property
+    def nonconformant_label(self) -> str | None:
+        """The warning every panel carries when non-conformant jobs are drawn, else None."""
+        if not self.nonconformant_jobs:
+            return None
+        share = "all" if self.nonconformant_jobs == len(self.jobs) else f"{self.nonconformant_jobs} of {len(self.jobs)}"
+        return (f"NON-CONFORMANT: {share} job(s) ran off the grid protocol (cell, budget or data); "
+                "not comparable with grid results")
 
     @property
     def methods(self) -> list[str]:
@@ -223,22 +235,30 @@ def job_view(result: aggregate.JobResult) -> JobView:
 
 
 def load(
-    roots: Sequence[Path], *, include_nonconformant: bool = False, replicates: int = 2000,
+    roots: Sequence[Path], *, include_nonconformant: bool | None = None, replicates: int = 2000,
     seeds: Sequence[int] = cells.GRID_SEEDS,
 ) -> ReportData:
-    """Every result under ``roots`` -> jobs and cells (never raises for a bad or partial job)."""
+    """Every result under ``roots`` -> jobs and cells (never raises for a bad or partial job).
+
+    ``include_nonconformant``: True draws every result, False the conformant ones only, None (the
+    default) the conformant ones when there are any, else the non-conformant ones.
+    """
     data = ReportData()
-    results: list[aggregate.JobResult] = []
+    readable: list[aggregate.JobResult] = []
     for path in aggregate.find_results(roots):
         try:
-            result = aggregate.read_result(path)
+            readable.append(aggregate.read_result(path))
         except aggregate.ResultError as exc:
             data.skipped.append(str(exc))
-            continue
+    if include_nonconformant is None:
+        include_nonconformant = not any(r.conformant for r in readable)
+    results: list[aggregate.JobResult] = []
+    for result in readable:
         if not result.conformant and not include_nonconformant:
-            data.skipped.append(f"{path}: non-conformant (use --include-nonconformant)")
+            data.skipped.append(f"{result.path}: non-conformant (use --include-nonconformant)")
             continue
         results.append(result)
+    data.nonconformant_jobs = sum(1 for r in results if not r.conformant)
     views = {r.path: job_view(r) for r in results}
     data.jobs = list(views.values())
     for group in aggregate.group_cells(results, seeds):

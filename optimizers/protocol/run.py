@@ -80,6 +80,7 @@ FLAGS: dict[str, Flag] = {
     "--release": Flag("release"),
     "--splits": Flag("splits"),
     "--quiet": Flag("quiet", "bool"),
+    "--verbose": Flag("verbose", "bool"),
     "--log-level": Flag("log_level"),
     "--concurrency": Flag("concurrency"),
     "--reflection-model": Flag("reflection.id"),
@@ -418,6 +419,9 @@ def run_task(cfg: Any) -> dict[str, Any]:
         return _refuse(str(exc), multirun, label)
 
     logging.getLogger().setLevel(job.log_level)
+    from optimizers.protocol.chatter import quiet_third_parties
+
+    quiet_third_parties(job.verbose)  # before W&B or LangChain is imported
     from optimizers.journal import read_json_object
     from optimizers.protocol.errors import JobError
     from optimizers.protocol.hydra_config import to_container
@@ -442,9 +446,30 @@ def run_task(cfg: Any) -> dict[str, Any]:
     line = summary_line(result)
     sys.stdout.write(json.dumps(line, sort_keys=True) + "\n")
     sys.stdout.flush()
+    if not multirun and job.phase == "all":
+        point_to_report(job.out)
     selection = read_json_object(job.out / "selection.json")
     return {"status": "done", "out": str(job.out),
             "objective": deployed_prompts_score(selection) if selection else None}
+
+
+def _interpreter() -> str:
+    """How the user runs our Python: the venv's path relative to here (``.venv/bin/python``)."""
+    try:
+        return str(Path(sys.executable).relative_to(Path.cwd()))
+    except ValueError:
+        return "python"
+
+
+def point_to_report(out: Path) -> None:
+    """The last lines of a finished job: where its files are and the one command for its report."""
+    import shlex
+
+    folder = shlex.quote(str(out))
+    report = shlex.quote(str(out / "report"))
+    sys.stderr.write(f"job folder: {folder} (result.json, journals)\n"
+                     f"its report: {_interpreter()} -m optimizers.protocol.report {folder} --out {report}\n")
+    sys.stderr.flush()
 
 
 @hydra.main(version_base="1.3", config_path="../../conf", config_name="config")

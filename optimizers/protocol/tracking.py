@@ -5,12 +5,14 @@ The engine always writes JSONL journals; this module adds one W&B run per job on
 - ``project`` from ``tracker.project``; ``group`` = the grid cell (method | runtime | model);
   ``job_type`` = the method; ``id`` and ``name`` = the job id, with ``resume="allow"``, so a
   resumed job continues its run; ``config`` = the resolved Hydra config plus the job identity;
-  tags for method, topology, model and seed; the run's files under ``<job folder>/wandb/``.
+  tags for method, topology, model and seed; the run's files under ``<job folder>/wandb/``, or
+  under ``$WANDB_DIR/wandb/`` when the user set ``WANDB_DIR``.
 - Per charged rollout: budget used, the rollout score, the running mean and best score, the
   learning curve points and the task model's tokens and calls (read incrementally from the job's
   own journals, so nothing is counted twice and nothing needs the optimizer's help).
 - At ``finish``: every candidate's prompts as a table, the learning curve as a table, the
-  deployed prompts as an artifact, and selection, test and usage figures in the summary.
+  deployed prompts as an artifact, and selection, test and usage figures in the summary; then one
+  line says where an offline run's files are and the command that uploads them.
 
 Mode: offline unless ``tracker.mode=online`` *and* an API key is configured; ``WANDB_MODE=disabled``
 turns W&B off. An online init that cannot reach the server within ``init_timeout_s`` falls back
@@ -244,12 +246,29 @@ class WandbTracker:
         run = self.run
         if run is None:
             return
+        offline_folder = self._offline_folder(run)
         try:
             run.finish(exit_code=0 if status in ("completed", "done", "success") else 1)
         except Exception as exc:  # noqa: BLE001 - tracking must never fail the job
             notice(f"W&B finish failed ({type(exc).__name__}: {exc}); the JSONL journals are complete")
+            offline_folder = None
         finally:
             self.run = None
+        if offline_folder is not None:
+            notice(f"W&B offline run: {offline_folder}; upload it with: wandb sync {offline_folder}")
+
+    def _offline_folder(self, run: Any) -> Path | None:
+        """The offline run's folder (``.../wandb/offline-run-*``), relative to here when inside."""
+        if self.mode != "offline":
+            return None
+        try:
+            folder = Path(run.dir).parent  # run.dir is <run folder>/files
+        except Exception:  # noqa: BLE001 - a run without a folder has nothing to sync
+            return None
+        try:
+            return folder.resolve().relative_to(Path.cwd().resolve())
+        except ValueError:
+            return folder
 
     # ---------------------------------------------------------------- run start
 
@@ -283,7 +302,7 @@ class WandbTracker:
             "config": config,
             "tags": [f"method:{self.job.method}", f"topology:{cell.get('registry_key') or self.job.topology}",
                      f"model:{cells.model_key(self.job.model.id)}", f"seed:{self.job.seed}"],
-            "dir": str(self.folder),
+            "dir": os.environ.get("WANDB_DIR") or str(self.folder),
         }
 
     def _start(self) -> Any:

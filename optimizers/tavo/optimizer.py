@@ -113,6 +113,32 @@ def validation_batch_size(params: TAVOParams, budget: int, val_size: int) -> int
     return min(val_size, max(params.min_validation_batch, room))
 
 
+# The cheapest run that still tests a proposal: 1 seed validation + 1 train + 1 validation rollout.
+SMALLEST_USEFUL_BUDGET = 3
+
+
+@dataclass(frozen=True, slots=True)
+class BatchPlan:
+    """How many train and validation problems one attempt uses, and whether the budget shrank them."""
+
+    train: int
+    validation: int
+    shrunk: bool = False
+
+
+def plan_batches(params: TAVOParams, budget: int, train_size: int, val_size: int) -> BatchPlan:
+    """The configured batches when the budget pays the seed's validation batch plus one attempt
+    (train + validation batch). A smaller budget shrinks both (validation to a third of it, train
+    to what is left), so the run proposes and tests at least one candidate instead of spending the
+    seed's validation and stopping before its first round."""
+    validation = validation_batch_size(params, budget, val_size)
+    train = min(params.train_batch_size, train_size)
+    if 2 * validation + train <= budget or budget < SMALLEST_USEFUL_BUDGET:
+        return BatchPlan(train, validation)
+    validation = min(validation, max(1, budget // 3))
+    return BatchPlan(min(train, budget - 2 * validation), validation, shrunk=True)
+
+
 @register_optimizer("tavo")
 class TAVOOptimizer(Optimizer):
     @classmethod
@@ -134,8 +160,9 @@ class _Run:
         self.ctx = ctx
         self.params = params
         rng = random.Random(params.rng_seed_base + ctx.seed)
-        self.train_batch = rng.sample(train, min(params.train_batch_size, len(train)))
-        self.val_batch = rng.sample(val, validation_batch_size(params, ctx.budget.remaining, len(val)))
+        self.plan = plan_batches(params, ctx.budget.remaining, len(train), len(val))
+        self.train_batch = rng.sample(train, self.plan.train)
+        self.val_batch = rng.sample(val, self.plan.validation)
         self.roles = sorted(seed.roles())
         self.team = team_description(self.roles)
         self.lead = lead_role(self.roles)
@@ -284,6 +311,7 @@ class _Run:
             "credit_unit": "segment" if credit_by_segment(self.params) else "trajectory",
             "train_batch_ids": self.train_batch,
             "validation_batch_ids": self.val_batch,
+            "batches_shrunk_for_budget": self.plan.shrunk,
             "rounds": self.rounds,
             "attempts": self.attempts,
             "incumbent_val_score": best_score,

@@ -13,7 +13,7 @@ import pytest
 from optimizers.journal import read_jsonl, read_sealed
 from optimizers.protocol.job import run_job
 from optimizers.tavo.credit import Credit, by_frequency, lead_role, segment
-from optimizers.tavo.optimizer import TAVOParams, validation_batch_size
+from optimizers.tavo.optimizer import BatchPlan, TAVOParams, plan_batches, validation_batch_size
 from optimizers.tavo.proposals import OVERLAY_CLOSE, strip_overlay, with_overlay
 from scripted_world import MARKER, fast_runtime, run_cli, start_world, world_job_config
 
@@ -76,6 +76,17 @@ def test_credit_switch_turns_step_ratings_off(tmp_path: Path, useful: Any) -> No
     counts = purposes(out)
     assert counts["rate"] == 0 and counts["credit"] > 0
     assert read_sealed(out / "optimization.json")["metadata"]["credit"] is False
+
+
+def test_a_budget_below_one_full_attempt_still_proposes_and_tests_a_candidate(tmp_path: Path, useful: Any) -> None:
+    out = tmp_path / "small"
+    run_job(world_job_config(out, useful.base_url, method="tavo", budget=6), fast_runtime())
+    optimization = read_sealed(out / "optimization.json")
+    attempts = [row for row in optimization["history"] if row["event"] == "attempt"]
+    assert len(attempts) == 1 and attempts[0]["val_score"] is not None
+    assert attempts[0]["candidate_id"] != optimization["seed_candidate"]["id"]
+    assert optimization["budget"]["charged"] == 6 and optimization["metadata"]["batches_shrunk_for_budget"]
+    assert optimization["stop_reason"] == "budget_before_outer_round"
 
 
 def test_tavo_keeps_the_seed_when_edits_do_not_help(tmp_path: Path) -> None:
@@ -186,3 +197,12 @@ def test_validation_batch_size_follows_the_budget() -> None:
     assert validation_batch_size(TAVOParams(validation_batch=2), 600, 50) == 2
     with pytest.raises(ValueError, match="mode"):
         TAVOParams(mode="release").check()
+
+
+def test_batches_shrink_only_when_the_budget_cannot_pay_one_attempt() -> None:
+    params = TAVOParams()
+    assert plan_batches(params, 600, 150, 50) == BatchPlan(6, 50)
+    assert plan_batches(params, 12, 6, 4) == BatchPlan(6, 3)  # seed val 3 + train 6 + val 3 fits
+    assert plan_batches(params, 6, 6, 4) == BatchPlan(2, 2, shrunk=True)
+    assert plan_batches(params, 4, 6, 4) == BatchPlan(2, 1, shrunk=True)
+    assert plan_batches(params, 2, 6, 4) == BatchPlan(6, 3)  # nothing fits: the run says so itself

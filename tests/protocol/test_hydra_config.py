@@ -34,6 +34,15 @@ def options(group: str) -> list[str]:
     return sorted(p.stem for p in (CONF / group).glob("*.yaml"))
 
 
+def test_every_missing_required_setting_is_named_at_once() -> None:
+    with pytest.raises(ConfigError) as caught:
+        compose_job(["method=tavo"])
+    message = str(caught.value)
+    assert message.startswith("missing --topology NAME, --seed N; a first job on the embedded model: --method")
+    with pytest.raises(ConfigError, match="^seed is required"):
+        compose_job(["method=tavo", "topology=single"])
+
+
 @pytest.mark.parametrize("method", options("method"))
 def test_every_method_composes(method: str) -> None:
     job = compose_job([f"method={method}", "topology=centralized", "seed=0"])
@@ -62,7 +71,8 @@ def test_every_model_composes(model: str) -> None:
     extra = ["model.id=org/some-model"] if model == "custom" else []
     job = compose_job([*BASE, f"model={model}", *extra])
     assert job.model.id == ("org/some-model" if model == "custom" else cells.MODEL_IDS[model])
-    expected_reflection = job.model.id if model == "local" else cells.CONFORMANT_REFLECTION_MODEL
+    # The embedded models reflect for themselves, so a local job needs no other server.
+    expected_reflection = job.model.id if model.startswith("local") else cells.CONFORMANT_REFLECTION_MODEL
     assert job.reflection.id == expected_reflection
 
 
@@ -87,7 +97,7 @@ def test_defaults_are_the_protocol_constants() -> None:
     defaults = {f.name: f.default for f in dataclasses.fields(JobConfig) if f.default is not dataclasses.MISSING}
     for name in ("budget", "phase", "data", "release", "concurrency", "optimize_max_tests", "optimize_decoding",
                  "eval_decoding", "reflection_decoding", "max_infrastructure_retries", "reflection", "splits",
-                 "evaluation_cache", "allow_any_cell", "quiet", "log_level", "dataset", "tracker"):
+                 "evaluation_cache", "allow_any_cell", "quiet", "verbose", "log_level", "dataset", "tracker"):
         assert getattr(job, name) == defaults[name], name
     assert job.out == Path("runs/identity/lcb/centralized/qwen/0")
     assert cells.conformance(job).conformant

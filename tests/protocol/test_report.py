@@ -69,13 +69,47 @@ def test_cli_writes_html_pngs_and_json(tmp_path: Path, capsys: pytest.CaptureFix
     assert gepa["delta_pp"] == pytest.approx(22.222, abs=1e-3) and gepa["complete"]
 
 
-def test_nonconformant_results_need_the_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    write_job(tmp_path, method="gepa", topology="sequential", seed=0, gain=1, conformant=False)
-    assert report.main([str(tmp_path), "--out", str(tmp_path / "r")]) == 1
-    err = capsys.readouterr().err
-    assert err.startswith("error: no usable result.json") and "--include-nonconformant" in err
-    assert report.main([str(tmp_path), "--out", str(tmp_path / "r"), "--include-nonconformant",
-                        "--bootstrap", "100"]) == 0
+def test_a_folder_of_nonconformant_jobs_only_renders_marked_on_every_panel(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    runs = tmp_path / "runs"
+    for seed in (0, 1):
+        write_job(runs, method="tavo", topology="single", seed=seed, gain=1, conformant=False)
+    out = tmp_path / "report"
+    assert report.main([str(runs), "--out", str(out), "--bootstrap", "100"]) == 0
+    assert json.loads(capsys.readouterr().out)["jobs"] == 2
+    html = (out / "report.html").read_text()
+    warning = "NON-CONFORMANT: all job(s) ran off the grid protocol"
+    sections = re.findall(r'<section id="panel-([^"]+)"[^>]*>(.*?)</section>', html, flags=re.S)
+    drawn = [panel_id for panel_id, body in sections if "<img" in body or "<table" in body]
+    assert set(drawn) == {"summary", *PANELS}
+    assert all(warning in body for panel_id, body in sections if panel_id in drawn)
+    summary = json.loads((out / "report.json").read_text())
+    assert summary["nonconformant_jobs"] == 2 and summary["cells"][0]["seeds"] == [0, 1]
+
+
+def test_the_stamp_is_drawn_into_each_png(tmp_path: Path) -> None:
+    write_job(tmp_path / "runs", method="tavo", topology="single", seed=0, gain=1, conformant=False)
+    data = load([tmp_path / "runs"], replicates=100)
+    plain = load([tmp_path / "runs"], replicates=100)
+    plain.nonconformant_jobs = 0  # the same figures without the stamp
+    for panel in PANELS.values():
+        stamped = [t.get_text() for t in report.mark_nonconformant(panel.draw(data), data.nonconformant_label).texts]
+        assert any(text.startswith("NON-CONFORMANT") for text in stamped)
+        assert not any(t.get_text().startswith("NON-CONFORMANT")
+                       for t in report.mark_nonconformant(panel.draw(plain), plain.nonconformant_label).texts)
+
+
+def test_conformant_results_alone_are_drawn_once_there_are_any(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    write_job(tmp_path, method="gepa", topology="sequential", seed=0, gain=1, conformant=True)
+    write_job(tmp_path / "local", method="tavo", topology="single", seed=0, gain=1, conformant=False)
+    data = load([tmp_path], replicates=100)
+    assert [j.method for j in data.jobs] == ["gepa"] and data.nonconformant_label is None
+    assert any("non-conformant (use --include-nonconformant)" in s for s in data.skipped)
+    both = load([tmp_path], include_nonconformant=True, replicates=100)
+    assert both.nonconformant_label.startswith("NON-CONFORMANT: 1 of 2 job(s)")
+    assert report.main([str(tmp_path), "--out", str(tmp_path / "r"), "--bootstrap", "100"]) == 0
+    assert "NON-CONFORMANT" not in (tmp_path / "r" / "report.html").read_text()
 
 
 def test_empty_and_broken_roots_say_so_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

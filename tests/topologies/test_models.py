@@ -79,10 +79,17 @@ def test_bad_endpoint_is_a_config_error():
         resolve_model("qwen", task_endpoints="ftp://host/v1", env={})
 
 
-def test_no_endpoint_uses_the_embedded_model_with_one_notice(monkeypatch, capsys):
-    started = []
-    monkeypatch.setattr(local_model, "ensure_server", lambda: started.append(1) or "http://127.0.0.1:5555/v1")
+@pytest.fixture
+def started_servers(monkeypatch) -> list[str]:
+    """Embedded servers 'started' (aliases, in order), each answering at port 5555, no process."""
+    started: list[str] = []
+    monkeypatch.setattr(local_model, "ensure_server",
+                        lambda model: started.append(model.alias) or "http://127.0.0.1:5555/v1")
     monkeypatch.setattr(models, "_notices_shown", set())
+    return started
+
+
+def test_no_endpoint_uses_the_embedded_model_with_one_notice(started_servers, capsys):
     config = resolve_model("qwen", env={})
     again = resolve_model("qwen", env={})
     assert config == again
@@ -92,6 +99,16 @@ def test_no_endpoint_uses_the_embedded_model_with_one_notice(monkeypatch, capsys
     assert err.count("\n") == 1 and "embedded local model" in err and "TASK_ENDPOINTS" in err
     local = resolve_model("local", env={"TASK_ENDPOINTS": "http://a:1/v1"})
     assert local.endpoints == ("http://127.0.0.1:5555/v1",) and local.alias == "local"
+
+
+def test_the_stronger_embedded_model_is_served_by_alias_or_by_its_id(started_servers, capsys):
+    config = resolve_model("local-1.5b", env={})
+    assert (config.id, config.alias, config.token_limit_field) == ("qwen2.5-coder-1.5b-instruct", "local-1.5b",
+                                                                   "max_tokens")
+    # A job's reflection model is named by id: with no endpoint it is served, not swapped for 0.5B.
+    reflection = models.resolve_reflection_model("qwen2.5-coder-1.5b-instruct", env={})
+    assert reflection.id == "qwen2.5-coder-1.5b-instruct" and started_servers == ["local-1.5b", "local-1.5b"]
+    assert capsys.readouterr().err.count("using the embedded local model") == 1  # one server, one notice
 
 
 # -------------------------------------------------------------------------------------------
