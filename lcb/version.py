@@ -7,4 +7,4 @@ resumes under a different scorer. ``tests/protocol/test_code_versions.py`` grade
 programs and fails when the verdicts change while this version does not.
 """
 
-SCORER_VERSION = "1"
+SCORER_VERSION = "2"  # 2: answers out of the child, CPU-time limit, top-level code as a function body

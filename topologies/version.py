@@ -8,4 +8,4 @@ evaluation is reused and no interrupted job resumes under a different runtime.
 when the trajectories change while this version does not.
 """
 
-TEAM_RUNTIME_VERSION = "1"
+TEAM_RUNTIME_VERSION = "2"  # 2: masked team runs (trajectories record the active agents)
