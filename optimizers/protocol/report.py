@@ -132,7 +132,7 @@ def render_html(data: Any, images: dict[str, bytes], roots: Sequence[Path]) -> s
     parts.append("</tbody></table></section>")
     from optimizers.protocol.report_trust import html_sections
 
-    parts.extend(html_sections(data))
+    parts.extend(html_sections(data, mark))
     for panel_id, panel in PANELS.items():
         encoded = base64.b64encode(images[panel_id]).decode("ascii")
         parts.append(

@@ -96,12 +96,13 @@ def _seconds(value: float | None) -> str:
     return "–" if value is None else f"{value:.1f}"
 
 
-def html_sections(data: ReportData) -> list[str]:
-    """The trust table (per cell) and the power statement, as HTML sections."""
+def html_sections(data: ReportData, mark: str = "") -> list[str]:
+    """The trust table (per cell) and the power statement, as HTML sections; ``mark`` (the
+    report's non-conformant warning, or empty) heads each of them like every other panel."""
     escape = html.escape
     info = payload(data)
     parts = [
-        "<section id=\"panel-trust\"><h2>Cost, optimism and truncation</h2>"
+        "<section id=\"panel-trust\"><h2>Cost, optimism and truncation</h2>" + mark +
         "<p class=\"caption\">Means over each cell's seeds. Optimism gap: the incumbent's score on the rows "
         "its method searched on minus its score on the selection rows (pp); excess: the same minus the "
         "seed's gap. Truncated: replies cut at the token limit (task: all phases; reflection calls).</p>"
@@ -122,7 +123,7 @@ def html_sections(data: ReportData) -> list[str]:
             f"<td>{_pp(optimism['mean_optimism_gap_pp'])}</td><td>{_pp(optimism['mean_excess_optimism_pp'])}</td>"
             f"<td>{_rate(cut['task']['rate'])}</td><td>{_rate(cut['reflection']['rate'])}</td></tr>")
     parts.append("</tbody></table></section>")
-    parts.append("<section id=\"panel-power\"><h2>Statistical power</h2><p class=\"caption\">Minimum "
+    parts.append("<section id=\"panel-power\"><h2>Statistical power</h2>" + mark + "<p class=\"caption\">Minimum "
                  "detectable effect (pp) at 80 % power for the grid's design: exact McNemar per seed, Holm "
                  "over the family's tests; a difference smaller than this is not evidence of no effect.</p><ul>")
     for row in info["power"]:

@@ -159,7 +159,7 @@ def test_method_and_runtime_versions_enter_job_and_condition_ids(tmp_path: Path,
     monkeypatch.setattr(IdentityOptimizer, "version", "2")
     second = Job(config).identity
     assert second.job_id != first.job_id and second.condition_id == first.condition_id
-    monkeypatch.setattr(topologies.version, "TEAM_RUNTIME_VERSION", "2")
+    monkeypatch.setattr(topologies.version, "TEAM_RUNTIME_VERSION", topologies.version.TEAM_RUNTIME_VERSION + "-next")
     third = Job(config).identity
     assert third.condition_id != second.condition_id and third.job_id != second.job_id
 

@@ -81,7 +81,7 @@ def test_a_folder_of_nonconformant_jobs_only_renders_marked_on_every_panel(
     warning = "NON-CONFORMANT: all job(s) ran off the grid protocol"
     sections = re.findall(r'<section id="panel-([^"]+)"[^>]*>(.*?)</section>', html, flags=re.S)
     drawn = [panel_id for panel_id, body in sections if "<img" in body or "<table" in body]
-    assert set(drawn) == {"summary", *PANELS}
+    assert set(drawn) == {"summary", "trust", *PANELS}
     assert all(warning in body for panel_id, body in sections if panel_id in drawn)
     summary = json.loads((out / "report.json").read_text())
     assert summary["nonconformant_jobs"] == 2 and summary["cells"][0]["seeds"] == [0, 1]
