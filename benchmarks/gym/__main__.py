@@ -1,0 +1,5 @@
+import sys
+
+from benchmarks.gym.cli import main
+
+sys.exit(main())
