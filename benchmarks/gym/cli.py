@@ -13,7 +13,6 @@ import os
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +60,19 @@ def _worlds(text: str) -> list[str]:
     return names
 
 
+def _params(items: Sequence[str], methods: Sequence[str]) -> dict[str, tuple[tuple[str, Any], ...]]:
+    """``METHOD.KEY=VALUE`` items -> per method a sorted tuple of (key, value); values stay text
+    (the methods convert and validate their own parameters)."""
+    out: dict[str, dict[str, Any]] = {}
+    for item in items:
+        name, _, value = item.partition("=")
+        method, _, key = name.partition(".")
+        if not key or not _ or method not in methods:
+            raise UsageError(f"--param {item!r}: expected METHOD.KEY=VALUE for one of the selected methods")
+        out.setdefault(method, {})[key] = value
+    return {method: tuple(sorted(values.items())) for method, values in out.items()}
+
+
 def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.gym", description=__doc__.split("\n")[0])
     parser.add_argument("--methods", default="all", help="'all' or a comma list of registered methods")
@@ -69,6 +81,9 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--worlds", default=",".join(kind for kind, _ in DEFAULT_SUITE),
                         help="comma list: a kind (credit, joint, noisy, seed_optimal) or kind-topology")
     parser.add_argument("--out", required=True, type=Path, help="results folder (reused: finished jobs are skipped)")
+    parser.add_argument("--param", action="append", default=[], metavar="METHOD.KEY=VALUE",
+                        help="a method parameter (repeatable), e.g. maspob.gnn_max_epochs=100; "
+                             "results then go to their own folder")
     parser.add_argument("--workers", type=int, default=1, help="jobs run in parallel processes")
     parser.add_argument("--keep-journals", action="store_true", help="keep each job's rollout/reflection journals")
     parser.add_argument("--report-only", action="store_true", help="only aggregate the results already there")
@@ -78,6 +93,7 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
         args.method_list = _methods(args.methods)
         args.budget_list = _ints(args.budgets, "--budgets")
         args.world_list = _worlds(args.worlds)
+        args.params = _params(args.param, args.method_list)
     except UsageError as exc:
         parser.exit(2, f"error: {exc}\n")
     if args.seeds < 1 or args.workers < 1 or args.bootstrap < 1:
@@ -87,7 +103,7 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def jobs_of(args: argparse.Namespace) -> list[GymJob]:
     """All jobs, costliest first (big budgets, then the slow surrogate method), to balance workers."""
-    jobs = [GymJob(w, m, b, s) for w in args.world_list for m in args.method_list
+    jobs = [GymJob(w, m, b, s, args.params.get(m, ())) for w in args.world_list for m in args.method_list
             for b in args.budget_list for s in range(args.seeds)]
     return sorted(jobs, key=lambda j: (-j.budget, j.method != "maspob", j.seed, j.world, j.method))
 
@@ -99,7 +115,7 @@ def _run_one(job: GymJob, out: Path, keep: bool) -> dict[str, Any]:
     try:
         return run_job(job, out, keep_journals=keep)
     except MethodUnavailable as exc:
-        return {**asdict(job), "status": "unavailable", "error": str(exc)}
+        return {**job.to_dict(), "status": "unavailable", "error": str(exc)}
 
 
 class Progress:

@@ -41,7 +41,8 @@ def summarize(results: Iterable[Mapping[str, Any]], *, resamples: int = 2000) ->
     """One row per (world, method, budget)."""
     groups: dict[tuple[str, str, int], list[Mapping[str, Any]]] = {}
     for result in results:
-        groups.setdefault((result["world"], result["method"], int(result["budget"])), []).append(result)
+        label = result.get("label") or result["method"]  # the method, with its non-default params
+        groups.setdefault((result["world"], label, int(result["budget"])), []).append(result)
     rows = []
     for (world, method, budget), items in sorted(groups.items()):
         ok = [r for r in items if r["status"] not in FAILED]

@@ -13,7 +13,7 @@ import asyncio
 import shutil
 import time
 import traceback
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +24,7 @@ from optimizers.gym.models import GymModel
 from optimizers.gym.system import TASK_MODEL_ID, GymSystem, seed_candidate
 from optimizers.gym.world import Configuration, World, unit_draw
 from optimizers.gym.worlds import make_world
-from optimizers.journal import read_json, write_json_atomic
+from optimizers.journal import read_json, short_hash, write_json_atomic
 from optimizers.registry import get_optimizer_class
 
 RESULT_NAME = "result.json"
@@ -39,13 +39,23 @@ class GymJob:
     method: str
     budget: int
     seed: int
+    params: tuple[tuple[str, Any], ...] = ()  # method params (ctx.method_params); () = the defaults
+
+    @property
+    def variant(self) -> str:
+        """The method's folder name: its name, plus a hash of non-default params."""
+        return self.method if not self.params else f"{self.method}@{short_hash(dict(self.params), 8)}"
 
     @property
     def key(self) -> str:
-        return f"{self.world}/{self.method}/b{self.budget}/s{self.seed}"
+        return f"{self.world}/{self.variant}/b{self.budget}/s{self.seed}"
 
     def directory(self, out: Path) -> Path:
-        return out / "jobs" / self.world / self.method / f"b{self.budget}" / f"s{self.seed}"
+        return out / "jobs" / self.world / self.variant / f"b{self.budget}" / f"s{self.seed}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"world": self.world, "method": self.method, "budget": self.budget, "seed": self.seed,
+                "params": dict(self.params)}
 
 
 def method_version(method: str) -> str:
@@ -98,7 +108,7 @@ async def optimize(job: GymJob, workdir: Path) -> dict[str, Any]:
     ctx = OptimizeContext(
         evaluator=evaluator, budget=budget, seed=job.seed, workdir=workdir / "native",
         reflection=model if getattr(cls, "needs_reflection", True) else None,
-        on_incumbent=on_incumbent, team=roster, task_model=model,
+        on_incumbent=on_incumbent, team=roster, task_model=model, method_params=dict(job.params),
     )
     ctx.workdir.mkdir(parents=True, exist_ok=True)
     status, error, stop_reason, deployed = "completed", None, None, seed
@@ -119,7 +129,8 @@ async def optimize(job: GymJob, workdir: Path) -> dict[str, Any]:
     gain = optimum - seed_success
     return {
         "schema": GYM_SCHEMA,
-        **asdict(job),
+        **job.to_dict(),
+        "label": job.method + ("[" + ",".join(f"{k}={v}" for k, v in job.params) + "]" if job.params else ""),
         "method_version": method_version(job.method),
         "world_topology": world.topology,
         "status": status,
