@@ -101,11 +101,22 @@ def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
+# Methods whose own compute dominates a gym job (MASPOB trains its GNN surrogate at every step):
+# they run last, so a run cut short still has every other method on complete seeds.
+SLOW_METHODS = ("maspob",)
+
+
 def jobs_of(args: argparse.Namespace) -> list[GymJob]:
-    """All jobs, costliest first (big budgets, then the slow surrogate method), to balance workers."""
+    """All jobs in the order they run: seed by seed (a partial run covers whole seeds), within a
+    seed the costliest first (to balance workers); slow methods last, budget by budget."""
     jobs = [GymJob(w, m, b, s, args.params.get(m, ())) for w in args.world_list for m in args.method_list
             for b in args.budget_list for s in range(args.seeds)]
-    return sorted(jobs, key=lambda j: (-j.budget, j.method != "maspob", j.seed, j.world, j.method))
+
+    def order(job: GymJob) -> tuple[bool, int, int, int, str, str]:
+        slow = job.method in SLOW_METHODS
+        return (slow, job.budget if slow else 0, job.seed, -job.budget, job.world, job.method)
+
+    return sorted(jobs, key=order)
 
 
 def _run_one(job: GymJob, out: Path, keep: bool) -> dict[str, Any]:

@@ -83,12 +83,13 @@ def _cell(row: Mapping[str, Any] | None) -> str:
 
 def table(rows: Sequence[Mapping[str, Any]]) -> str:
     """Markdown: regret [95% CI] and share of the possible gain per budget; rollouts to 90 % at the
-    largest budget (median over the seeds that got there, and how many did)."""
+    largest budget (median over the seeds that got there, and how many did); mean charged
+    rollouts and seconds per job at the largest budget; finished seeds per budget."""
     budgets = sorted({r["budget"] for r in rows})
     index = {(r["world"], r["method"], r["budget"]): r for r in rows}
     worlds = sorted({r["world"] for r in rows}, key=lambda w: [x["world"] for x in rows].index(w))
     header = ["world", "method", *[f"B={b}: regret [95% CI] gain" for b in budgets],
-              f"rollouts to 90% (B={budgets[-1]})", "charged", "s/job"]
+              f"rollouts to 90% (B={budgets[-1]})", "charged", "seeds", "s/job"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for world in worlds:
         methods = sorted({r["method"] for r in rows if r["world"] == world})
@@ -102,8 +103,10 @@ def table(rows: Sequence[Mapping[str, Any]]) -> str:
                     else f"never (0/{last['jobs'] - last['failed']})"
             charged = f"{last['mean_charged']:.0f}" if last and last["mean_charged"] is not None else "-"
             wall = f"{last['mean_wall_s']:.1f}" if last else "-"
+            seeds = "/".join(str(index[(world, method, b)]["jobs"]) if (world, method, b) in index else "0"
+                             for b in budgets)
             cells = [_cell(index.get((world, method, b))) for b in budgets]
-            lines.append("| " + " | ".join([world, method, *cells, r90, charged, wall]) + " |")
+            lines.append("| " + " | ".join([world, method, *cells, r90, charged, seeds, wall]) + " |")
     return "\n".join(lines)
 
 
@@ -135,6 +138,9 @@ def plot(rows: Sequence[Mapping[str, Any]], path: Path) -> None:
             ax.errorbar(xs, ys, yerr=errors, marker="o", markersize=4, capsize=2, linewidth=1.2,
                         color=colors(index % 10), label=method)
         ax.set_xscale("log")
+        budgets = sorted({r["budget"] for r in rows if r["world"] == world})
+        ax.set_xticks(budgets, [str(b) for b in budgets])
+        ax.minorticks_off()
         ax.set_title(world)
         ax.set_xlabel("rollout budget")
         ax.set_ylabel("regret (optimum - deployed success)")
