@@ -15,6 +15,10 @@ the real ones.
   distractor behind it); otherwise it adds a paraphrase (harmless) or a random world phrase (a
   fact, maybe for the wrong role, or a distractor). A request with no symptom (e.g. a pure style
   variant) gets the latter. The reply has the shape the method's prompt asks for (``shapes``).
+  What the reflector knows of the world is its vocabulary: the phrases, and which phrase cures
+  which symptom (what a competent model would infer from the symptom's wording). It never uses
+  the weights, the home components, the synergies, the difficulties or the optimum: whether an
+  edit lands in the right role, pays off, or combines is for the method's search to find out.
 """
 
 from __future__ import annotations
