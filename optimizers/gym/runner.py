@@ -4,7 +4,7 @@ The method is used only through the common seam (registry, ``Optimizer.optimize`
 ``BudgetedEvaluator`` and ``Budget``, ``OptimizeContext``). What it deploys (``result.best``) is
 scored exactly by the world; its committed incumbents give the curve of exact success over
 charged rollouts. A job writes ``result.json`` atomically when it ends; a rerun skips jobs whose
-result exists for the same method version and starts unfinished ones afresh.
+result exists for the same method version and world table, and starts unfinished ones afresh.
 """
 
 from __future__ import annotations
@@ -56,6 +56,11 @@ class GymJob:
     def to_dict(self) -> dict[str, Any]:
         return {"world": self.world, "method": self.method, "budget": self.budget, "seed": self.seed,
                 "params": dict(self.params)}
+
+
+def world_digest(name: str) -> str:
+    """Changes whenever the world's table changes, so stale results are not reused."""
+    return short_hash(repr(make_world(name)))
 
 
 def method_version(method: str) -> str:
@@ -132,6 +137,7 @@ async def optimize(job: GymJob, workdir: Path) -> dict[str, Any]:
         **job.to_dict(),
         "label": job.method + ("[" + ",".join(f"{k}={v}" for k, v in job.params) + "]" if job.params else ""),
         "method_version": method_version(job.method),
+        "world_digest": world_digest(job.world),
         "world_topology": world.topology,
         "status": status,
         "error": error,
@@ -154,12 +160,13 @@ async def optimize(job: GymJob, workdir: Path) -> dict[str, Any]:
 
 
 def run_job(job: GymJob, out: Path, *, keep_journals: bool = False) -> dict[str, Any]:
-    """Run ``job`` unless its result exists (same method version); returns the result."""
+    """Run ``job`` unless its result exists (same method version and world); returns the result."""
     directory = job.directory(out)
     result_path = directory / RESULT_NAME
     if result_path.exists():
         existing = read_json(result_path)
-        if existing.get("method_version") == method_version(job.method) and existing.get("schema") == GYM_SCHEMA:
+        current = (GYM_SCHEMA, method_version(job.method), world_digest(job.world))
+        if (existing.get("schema"), existing.get("method_version"), existing.get("world_digest")) == current:
             return {**existing, "skipped": True}
     if directory.exists():  # an unfinished (killed) or outdated job: start it afresh
         shutil.rmtree(directory)
