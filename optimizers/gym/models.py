@@ -144,8 +144,8 @@ class RolloutModel:
         system, rest, has_tool_result = request_texts(messages)
         lines = [*self.symptoms.get(role, ()), *self.shared_symptoms]
         note = "\n".join(lines) + ("\n" if lines else "")
-        delegates = [t["function"]["name"] for t in tools
-                     if isinstance(t, Mapping) and str(t.get("function", {}).get("name", "")).startswith("delegate_to_")]
+        names = [str(t.get("function", {}).get("name", "")) for t in tools if isinstance(t, Mapping)]
+        delegates = [name for name in names if name.startswith("delegate_to_")]
         if delegates and not has_tool_result:
             # A manager hands the task to its workers first, so every role gets a turn.
             calls = [{"name": name, "args": {"instructions": f"{note}Solve the problem and return the program."},

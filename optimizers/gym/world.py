@@ -221,7 +221,8 @@ class World:
         for fact_mask in itertools.product((False, True), repeat=len(fact_ids)):
             facts = frozenset(i for i, on in zip(fact_ids, fact_mask, strict=True) if on)
             for d_mask in itertools.product((False, True), repeat=len(distractor_ids)):
-                out.append(Configuration(facts, frozenset(i for i, on in zip(distractor_ids, d_mask, strict=True) if on)))
+                present = frozenset(i for i, on in zip(distractor_ids, d_mask, strict=True) if on)
+                out.append(Configuration(facts, present))
         return out
 
     # ---------------------------------------------------------------- symptoms
