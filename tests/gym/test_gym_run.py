@@ -84,3 +84,18 @@ def test_the_cli_reports_resumes_and_refuses_bad_input(tmp_path: Path) -> None:
     bad = _cli("--methods", "nope", "--out", str(tmp_path))
     assert bad.returncode == 2 and bad.stderr.strip().splitlines()[-1].startswith("error: unknown method")
     assert "Traceback" not in bad.stderr
+
+
+def test_a_killed_job_starts_afresh_and_a_finished_one_is_skipped(tmp_path: Path) -> None:
+    job = GymJob("credit", "mipro", 10, 0)
+    directory = job.directory(tmp_path)
+    (directory / "optimization").mkdir(parents=True)
+    (directory / "optimization" / "attempts.jsonl").write_text('{"cut short by a kill')  # no result.json
+    first = run_job(job, tmp_path)
+    assert first["status"] == "completed" and not first.get("skipped") and first["charged"] == 10
+    assert not (directory / "optimization").exists()  # journals are dropped once the result is written
+    again = run_job(job, tmp_path)
+    assert again["skipped"] and again["deployed_success"] == first["deployed_success"]
+    stale = {**json.loads((directory / "result.json").read_text()), "method_version": "0"}
+    (directory / "result.json").write_text(json.dumps(stale))
+    assert not run_job(job, tmp_path).get("skipped")  # another method version: rerun
