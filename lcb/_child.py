@@ -53,13 +53,15 @@ import types
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, _HERE)
+import _isolate  # noqa: E402
 import _landlock  # noqa: E402
 import _returns  # noqa: E402
 import _script  # noqa: E402
+import _seccomp  # noqa: E402
 from _prelude import PRELUDE_MODULES, PRELUDE_SOURCE  # noqa: E402
 
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
-for _name in ("_landlock", "_returns", "_script", "_prelude"):
+for _name in ("_isolate", "_landlock", "_returns", "_script", "_seccomp", "_prelude"):
     del sys.modules[_name]  # model code must not find them by name
 
 for _name in PRELUDE_MODULES:
@@ -195,14 +197,21 @@ def _enter_test_process(job: dict, status_w: int, stdin: int, stdout: str, stder
     os.dup2(status_w, _STATUS_FD)
     os.closerange(_STATUS_FD + 1, 1 << 20)  # the zygote's channels, the job file: gone
     cpu = math.ceil(job["cpu_limit_s"] * 1.5) + 1  # a backstop: the zygote watches the CPU clock
-    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
-    resource.setrlimit(resource.RLIMIT_FSIZE, (job["output_limit_bytes"],) * 2)
+    _lower_rlimit(resource.RLIMIT_CPU, cpu)
+    _lower_rlimit(resource.RLIMIT_FSIZE, job["output_limit_bytes"])
     if job["nproc_limit"]:  # RLIMIT_NPROC counts per user and is not enforced for root
-        resource.setrlimit(resource.RLIMIT_NPROC, (job["nproc_limit"],) * 2)
+        _lower_rlimit(resource.RLIMIT_NPROC, job["nproc_limit"])
     if job["readable"] is not None:
         folders, files = job["readable"]
         if not _landlock.confine_reads(folders, files, _LANDLOCK_ABI):
             os._exit(125)  # confinement was promised for this job: never run unconfined
+
+
+def _lower_rlimit(which: int, value: int) -> None:
+    """Soft and hard to ``value`` (or to the hard limit already there, if lower): never raisable."""
+    hard = resource.getrlimit(which)[1]
+    value = value if hard == resource.RLIM_INFINITY else min(value, hard)
+    resource.setrlimit(which, (value, value))
 
 
 def _report(message: dict) -> None:
@@ -521,10 +530,43 @@ def run_test(job: dict, code, index: int, input_fd: int, commands: socket.socket
 def _set_limits(job: dict) -> None:
     memory = int(job["memory_bytes"])
     if memory > 0:
-        resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+        _lower_rlimit(resource.RLIMIT_AS, memory)
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    backstop = math.ceil(job["backstop_s"]) + 1
-    resource.setrlimit(resource.RLIMIT_CPU, (backstop, backstop + 1))
+    _lower_rlimit(resource.RLIMIT_CPU, math.ceil(job["backstop_s"]) + 1)
+
+
+_BRIDGE: list[bool] = []  # whether the interpreter is reachable for an unprivileged uid (decided once)
+
+
+def _unprivileged_can_run(folder: str) -> bool:
+    if not _BRIDGE:
+        _BRIDGE.append(_isolate.bridge_for_unprivileged(_SYSTEM_READABLE[0]))
+    return _BRIDGE[0] and _isolate.reachable_by_others(os.path.dirname(folder))
+
+
+def _least_privilege(job: dict, folder: str) -> list[str]:
+    """Namespaces, identity, capabilities, frozen rlimits (see lcb/_isolate.py); the layers in force."""
+    layers = []
+    if job["namespaces"]:
+        how = _isolate.enter_namespaces()
+        if how:
+            layers += ["netns", "ipcns"] + (["userns"] if how == "user" else [])
+    if not job["drop_privileges"]:
+        return layers
+    bounding = _isolate.drop_bounding_set()
+    if os.geteuid() == 0 and _unprivileged_can_run(folder):
+        uid = _isolate.unprivileged_id(os.getpid())
+        if _isolate.become_unprivileged(uid, folder):
+            layers.append(f"uid-{uid}")
+    _isolate.clear_capabilities()
+    caps = _isolate.capability_sets()
+    if bounding and caps and not any(caps.get(k) for k in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")):
+        layers.append("no-caps")
+    if caps.get("NoNewPrivs"):
+        layers.append("no-new-privs")
+    if _isolate.freeze_rlimits():
+        layers.append("rlimits-frozen")
+    return layers
 
 
 def _nproc_limit() -> int:
@@ -582,10 +624,15 @@ def run_job(job_path: str, commands_fd: int, emit: _Emitter) -> None:
     os.environ.update({"HOME": folder, "TMPDIR": folder, "TMP": folder, "TEMP": folder})
     _libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     _set_limits(job)
+    layers = _least_privilege(job, folder)
     job["nproc_limit"] = _nproc_limit()
     confined = bool(job["landlock"]) and _landlock.confine_writes(folder, _LANDLOCK_ABI)
     job["readable"] = readable_paths(folder) if confined else None
-    emit("confined", landlock=confined, reads=confined and _LANDLOCK_ABI >= 1)
+    if confined:
+        layers.append(f"landlock-{_LANDLOCK_ABI}")
+    if job["seccomp"] and _seccomp.install():
+        layers.append("seccomp")
+    emit("confined", landlock=confined, reads=confined and _LANDLOCK_ABI >= 1, layers=layers)
     job["main_path"] = os.path.join(folder, "main.py")
     job["zygote_pid"] = os.getpid()
     with open(job["main_path"], "w", encoding="utf-8") as fh:
@@ -636,6 +683,8 @@ def _prepare_process() -> None:
 def serve(sock_fd: int) -> None:
     """Fork server: receive (job path; result pipe, command pipe) messages; fork one zygote per job."""
     _prepare_process()
+    if os.geteuid() == 0:  # once for all zygotes: our own mount namespace, the interpreter reachable
+        _BRIDGE.append(_isolate.bridge_for_unprivileged(_SYSTEM_READABLE[0]))
     gc.freeze()  # the warm modules: forked children's collections skip them (fewer page copies)
     _libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     sock = socket.socket(fileno=sock_fd)

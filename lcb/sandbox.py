@@ -98,7 +98,9 @@ class SandboxJob:
     ``mode``: ``stdin`` (compare stdout with the official comparator), ``functional`` (call
     ``fn_name`` with JSON arguments) or ``exec`` (run once, capture stdout/stderr).
     ``timeout_s`` is CPU time per test; ``wall_limit_s`` the wall-clock backstop (default
-    ``3 * timeout_s + 5``). ``landlock=False`` runs without Landlock, as on kernels without it.
+    ``3 * timeout_s + 5``). ``landlock=False`` runs without Landlock, as on kernels without it;
+    ``namespaces``, ``drop_privileges`` and ``seccomp`` switch the other layers (lcb/_isolate.py,
+    lcb/_seccomp.py) the same way: off only to show, in tests, what each one stops.
     ``wrap_top_level``: stdin programs' top-level statements run as a function body (fast
     locals, as officially; see lcb/_script.py).
     """
@@ -117,6 +119,9 @@ class SandboxJob:
     wall_limit_s: float | None = None
     landlock: bool = True
     wrap_top_level: bool = True
+    namespaces: bool = True
+    drop_privileges: bool = True
+    seccomp: bool = True
 
     @property
     def wall_s(self) -> float:
@@ -141,6 +146,7 @@ class SandboxJob:
             "cpu_limit_s": cpu, "wall_limit_s": self.wall_s, "memory_bytes": self.memory_bytes,
             "output_limit_bytes": self.output_limit_bytes, "guard": self.guard, "prelude": self.prelude,
             "backstop_s": self.backstop_s, "landlock": self.landlock, "wrap_top_level": self.wrap_top_level,
+            "namespaces": self.namespaces, "drop_privileges": self.drop_privileges, "seccomp": self.seccomp,
         }
 
 
@@ -153,6 +159,7 @@ class SandboxRun:
     error: str = ""
     landlock: bool = False
     duration_s: float = 0.0
+    layers: tuple[str, ...] = ()  # the isolation layers in force (see ``describe_layers``)
 
     def of_kind(self, kind: str) -> list[dict[str, Any]]:
         return [e for e in self.events if e.get("event") == kind]
@@ -473,5 +480,6 @@ def run_in_sandbox(job: SandboxJob, *, use_fork_server: bool = True) -> SandboxR
     finished = any(e.get("event") == "done" for e in events)
     error = errors[0] if errors else "" if finished or backstop_hit else "the sandbox ended without reporting"
     confined = any(e.get("event") == "confined" and e.get("landlock") for e in events)
+    layers = next((tuple(map(str, e.get("layers") or ())) for e in events if e.get("event") == "confined"), ())
     return SandboxRun(tuple(events), backstop_hit=backstop_hit, error=error, landlock=confined,
-                      duration_s=time.monotonic() - began)
+                      duration_s=time.monotonic() - began, layers=layers)

@@ -165,10 +165,15 @@ def test_tcp_connect_and_bind_fail():
                 "    s = socket.socket()\n"
                 "    try:\n        act(s)\n        print(name, 'OK')\n"
                 "    except OSError as exc:\n        print(name, 'DENIED', exc.errno)\n").replace("PORT", str(port))
-        out = python_exec(code, timeout_s=10.0).stdout
+        # Landlock alone: the namespace and the seccomp filter (which refuse the socket itself) off
+        job = SandboxJob("exec", code, (("", ""),), timeout_s=10.0, namespaces=False, seccomp=False)
+        out = run_in_sandbox(job).of_kind("exec")[0]["stdout"]
+        control = run_in_sandbox(SandboxJob("exec", code, (("", ""),), timeout_s=10.0, namespaces=False,
+                                            seccomp=False, landlock=False)).of_kind("exec")[0]["stdout"]
     finally:
         listener.close()
     assert "connect DENIED" in out and "bind DENIED" in out, out
+    assert "connect OK" in control and "bind OK" in control, control  # the probe can succeed
 
 
 # ------------------------------------------------------------------ CPU time, wall-clock backstop
