@@ -557,7 +557,7 @@ def _least_privilege(job: dict, folder: str) -> list[str]:
     if os.geteuid() == 0 and _unprivileged_can_run(folder):
         uid = _isolate.unprivileged_id(os.getpid())
         if _isolate.become_unprivileged(uid, folder):
-            layers.append(f"uid-{uid}")
+            layers.append("unprivileged-uid")
     _isolate.clear_capabilities()
     caps = _isolate.capability_sets()
     if bounding and caps and not any(caps.get(k) for k in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")):
