@@ -77,6 +77,9 @@ KNOWN_NAMES = frozenset(_PRELUDE_NAMESPACE) | frozenset(dir(builtins))
 _PRELUDE_BINDINGS = {k: v for k, v in _PRELUDE_NAMESPACE.items() if k != "__builtins__"}
 _GUARD_REBINDS = ("open", "quit", "help")
 del _PRELUDE_NAMESPACE
+# The interpreter builds its Python-level AST classes on the first parse (a few milliseconds):
+# do it here once, not in every zygote.
+_script.compile_program("def _f():\n    pass\n_x = [i for i in range(1)]\n", "<warm>", known_names=KNOWN_NAMES)
 
 
 def rebind_guarded(namespace: dict) -> None:
