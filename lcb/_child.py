@@ -18,9 +18,11 @@ command; the zygote passes it on unread. No process here ever holds an expected 
 another test's input: the harness compares what a test process left behind (stdout, or its
 encoded return value) after it has exited.
 
-The zygote sets the rlimits and Landlock write rules, compiles the program once, then forks one
-test process per "run INDEX" command. A test process confines its reads (Landlock), scopes its
-signals, applies the reliability guard and runs. The zygote enforces the wall-clock backstop,
+The zygote sets the rlimits, enters its namespaces and drops its privileges (lcb/_isolate.py),
+confines writes and reads with Landlock, installs the seccomp filter (lcb/_seccomp.py),
+compiles the program once and prepares its module, then forks one test process per
+"run INDEX" command. A test process scopes its signals (a Landlock domain of its own), applies
+the reliability guard and runs. The zygote enforces the wall-clock backstop,
 kills the test's process group, measures its CPU time, and as a child subreaper kills any
 descendant that tried to escape. It reports facts ("ran": how it ended, CPU and wall time, what
 the process said about itself); the verdict is the harness's.
