@@ -40,6 +40,7 @@ _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
 _LINUX_CAPABILITY_VERSION_3 = 0x20080522
 _SYS_CAPSET = {"x86_64": 126, "aarch64": 91}
 _MS_BIND, _MS_REC, _MS_PRIVATE, _MS_NOSUID, _MS_NODEV = 0x1000, 0x4000, 0x40000, 0x2, 0x4
+_MNT_DETACH = 2
 
 UID_BASE, UID_SPAN = 200_000, 100_000
 FALLBACK_UID = 65534  # nobody: where the uids above are not mapped (a user-namespaced container)
@@ -217,19 +218,30 @@ def bridge_for_unprivileged(folders: list[str]) -> bool:
     if _libc.mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None) != 0:
         return False
     handles = {f: os.open(f, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC) for f in blocked}
+    covered: list[str] = []
     mask = os.umask(0o022)
     try:
         for ancestor in sorted(set(blocked.values()), key=len):
             if _libc.mount(b"tmpfs", ancestor.encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV,
                            b"mode=0755,size=1m") != 0:
-                return False
-        for folder, handle in handles.items():
-            os.makedirs(folder, mode=0o755, exist_ok=True)
-            source = f"/proc/self/fd/{handle}".encode()
-            if _libc.mount(source, folder.encode(), None, _MS_BIND | _MS_REC, None) != 0:
-                return False
+                break
+            covered.append(ancestor)
+        else:
+            for folder, handle in handles.items():
+                os.makedirs(folder, mode=0o755, exist_ok=True)
+                source = f"/proc/self/fd/{handle}".encode()
+                if _libc.mount(source, folder.encode(), None, _MS_BIND | _MS_REC, None) != 0:
+                    break
+            else:
+                return all(reachable_by_others(f) for f in folders)
+        for ancestor in reversed(covered):  # half done: give the original view back
+            _libc.umount2(ancestor.encode(), _MNT_DETACH)
+        return False
+    except OSError:
+        for ancestor in reversed(covered):
+            _libc.umount2(ancestor.encode(), _MNT_DETACH)
+        return False
     finally:
         os.umask(mask)
         for handle in handles.values():
             os.close(handle)
-    return all(reachable_by_others(f) for f in folders)

@@ -250,3 +250,14 @@ def test_an_unprivileged_harness_gets_its_namespaces_through_a_user_namespace():
         assert _isolate.drop_bounding_set() and _isolate.clear_capabilities()
         assert not any(v for k, v in _isolate.capability_sets().items() if k.startswith("Cap"))
     assert _in_child(body) == 0
+
+
+def test_the_unprivileged_program_still_imports_the_whole_standard_library_and_numpy():
+    """The uid switch must not cost a program its interpreter (a Python below /root included)."""
+    code = ("import fractions, xml.dom.minidom, sqlite3, decimal\n"
+            "try:\n    import numpy\n    extra = int(numpy.arange(4).sum())\nexcept ImportError:\n    extra = 6\n"
+            "print(fractions.Fraction(1, 3), extra)\n")
+    run = run_in_sandbox(SandboxJob("exec", code, (("", ""),), timeout_s=10.0))
+    assert run.of_kind("exec")[0]["stdout"] == "1/3 6\n", run.of_kind("exec")[0]["stderr"]
+    if ROOT:
+        assert "unprivileged-uid" in run.layers
