@@ -17,6 +17,7 @@ looks. So no probe can pass by being broken.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import textwrap
@@ -318,20 +319,14 @@ def assert_gets_nothing(verdict) -> None:
         f"{[t.detail for t in verdict.tests]}")
 
 
-class _harness_holds_the_answers:
+@contextlib.contextmanager
+def _harness_holds_the_answers(folder, answers):
     """The grading process (an ancestor of every test process) keeps a file with the answers open."""
-
-    def __init__(self, folder, answers):
-        self.path = folder / "harness-answers.txt"
-        self.path.write_text(" ".join(answers))
-        self.path.chmod(0o644)
-
-    def __enter__(self):
-        self.handle = open(self.path)
-        return self
-
-    def __exit__(self, *exc):
-        self.handle.close()
+    path = folder / "harness-answers.txt"
+    path.write_text(" ".join(answers))
+    path.chmod(0o644)
+    with open(path):
+        yield
 
 
 @pytest.mark.parametrize("mode", sorted(PROBLEMS))
