@@ -72,10 +72,11 @@ PRELUDE_CODE = compile(PRELUDE_SOURCE, "<prelude>", "exec", dont_inherit=True)
 _PRELUDE_NAMESPACE: dict = {}
 exec(PRELUDE_CODE, _PRELUDE_NAMESPACE)  # also sets the recursion limit, for every process forked from here
 KNOWN_NAMES = frozenset(_PRELUDE_NAMESPACE) | frozenset(dir(builtins))
-# What the prelude binds, made once: a test process copies it instead of running its 35 import
-# statements again (about a millisecond per test). The names the reliability guard rebinds
-# afterwards are fetched again, so the copy is exactly what running the prelude after the guard
-# binds (tests/lcb/test_sandbox.py checks it).
+# What the prelude binds, made once: each zygote puts it into the program's module (see
+# program_module) instead of every test process running the 35 import statements (about a
+# millisecond per test). The names the reliability guard rebinds are fetched again after the
+# guard, so the module holds exactly what running the prelude after the guard would bind
+# (tests/lcb/test_sandbox.py checks it).
 _PRELUDE_BINDINGS = {k: v for k, v in _PRELUDE_NAMESPACE.items() if k != "__builtins__"}
 _GUARD_REBINDS = ("open", "quit", "help")
 del _PRELUDE_NAMESPACE
