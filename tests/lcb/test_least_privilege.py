@@ -51,6 +51,8 @@ PRIVILEGES = textwrap.dedent(r'''
         "bounding": [cap for cap in range(41) if libc.prctl(23, cap, 0, 0, 0) == 1],
         "no_new_privs": libc.prctl(39, 0, 0, 0, 0),
         "unshare_mount_ns": libc.unshare(0x00020000) == 0,
+        # how an unprivileged process gets capabilities back: in a user namespace of its own
+        "unshare_user_ns": libc.unshare(0x10000000) == 0,
         "chroot": libc.chroot(b"/") == 0,
     }
     print(json.dumps(found))
@@ -70,6 +72,8 @@ def test_graded_program_has_no_capabilities_and_no_way_to_regain_them():
     if ROOT or "userns" in available_layers():  # otherwise the kernel lets us keep no bounding set
         assert found["bounding"] == []
     assert not found["unshare_mount_ns"] and not found["chroot"]
+    if "seccomp" in available_layers():
+        assert not found["unshare_user_ns"]
     if ROOT:
         assert found["uid"] != 0 and found["gid"] != 0 and found["groups"] == []
 
@@ -87,7 +91,7 @@ def test_python_exec_has_no_capabilities_either():
 def test_control_without_the_drop_a_root_program_keeps_its_powers():
     found = _exec(PRIVILEGES, **ALL_OFF)
     assert found["uid"] == 0 and found["effective"] != 0 and found["bounding"]
-    assert found["unshare_mount_ns"] and found["chroot"]
+    assert found["unshare_mount_ns"] and found["chroot"] and found["unshare_user_ns"]
 
 
 RLIMITS = textwrap.dedent(r'''
