@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from tracking_support import job_overrides, run_app, team_script  # noqa: E402
 
-from optimizers.protocol.endpoint_pool import (  # noqa: E402
+from optimizers.protocol.run.endpoint_pool import (  # noqa: E402
     EndpointPoolError,
     apply_endpoint_pool,
     endpoint_for_job,

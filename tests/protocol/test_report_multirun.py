@@ -16,8 +16,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from report_fixtures import CHROMIUM, assert_rendered, screenshot  # noqa: E402
 from tracking_support import job_overrides, run_app, team_script  # noqa: E402
 
-from optimizers.protocol import report  # noqa: E402
-from optimizers.protocol.tracking import offline_run_dirs, read_offline_run  # noqa: E402
+from optimizers.protocol.report import page as report  # noqa: E402
+from optimizers.protocol.report.tracking import offline_run_dirs, read_offline_run  # noqa: E402
 
 
 def _wandb_installed() -> bool:
