@@ -97,8 +97,8 @@ def _seconds(value: float | None) -> str:
 
 
 def html_sections(data: ReportData, mark: str = "") -> list[str]:
-    """The trust table (per cell) and the power statement, as HTML sections; ``mark`` (the
-    report's non-conformant warning, or empty) heads each of them like every other panel."""
+    """The trust table (per cell) and the power statement (one line saying why when there is no
+    grid to size), as HTML sections; ``mark`` (HTML, or empty) heads each of them."""
     escape = html.escape
     info = payload(data)
     parts = [
@@ -123,6 +123,13 @@ def html_sections(data: ReportData, mark: str = "") -> list[str]:
             f"<td>{_pp(optimism['mean_optimism_gap_pp'])}</td><td>{_pp(optimism['mean_excess_optimism_pp'])}</td>"
             f"<td>{_rate(cut['task']['rate'])}</td><td>{_rate(cut['reflection']['rate'])}</td></tr>")
     parts.append("</tbody></table></section>")
+    from optimizers.protocol.report_idle import idle_reason
+
+    idle = idle_reason("power", data)
+    if idle is not None:
+        parts.append(f"<section id=\"panel-power\"><h2>Statistical power</h2><p class=\"idle-line\">{escape(idle)}"
+                     "</p></section>")
+        return parts
     parts.append("<section id=\"panel-power\"><h2>Statistical power</h2>" + mark + "<p class=\"caption\">Minimum "
                  "detectable effect (pp) at 80 % power for the grid's design: exact McNemar per seed, Holm "
                  "over the family's tests; a difference smaller than this is not evidence of no effect.</p><ul>")
