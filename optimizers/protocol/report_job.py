@@ -60,7 +60,7 @@ td.del { background: #fde8e8; } td.add { background: #e5f6e5; } td.empty { backg
 tr.fold td { text-align: center; color: #777; background: #fafafa; font-style: italic; }
 .unchanged { color: #555; margin: 0.2rem 0; }
 .field-name { font-weight: 600; margin: 0.8rem 0 0.2rem; }
-tr.flip-gained td { background: #e5f6e5; } tr.flip-lost td { background: #fde8e8; }
+tr.flip-gained td { background: #dff3e4; } tr.flip-lost td { background: #fbe3e0; }
 table.verdicts td { text-align: left; }
 div.program pre { background: #f6f6f6; padding: 0.5rem; overflow: auto; max-height: 16em; font-size: 0.78rem; }
 div.program p { margin: 0.8rem 0 0.2rem; font-size: 0.85rem; } div.program:target pre { outline: 2px solid #1f77b4; }
