@@ -137,7 +137,7 @@ def outcome_section(story: JobStory) -> str:
 
 def curve_section(story: JobStory) -> str:
     caption = ("The score the method committed its incumbent with (its own measure: a minibatch or "
-               "validation mean), against charged rollouts; each dot is a committed point.")
+               "validation mean), against charged rollouts; dots mark where it changed.")
     if story.curve:
         figure = curve_svg(story.curve, budget=story.budget.get("maximum"), title=f"{story.method} learning curve")
         if len(story.curve) == 1:

@@ -1,5 +1,6 @@
 """A job's learning curve as inline SVG: a step line of the committed incumbent's score against
-charged rollouts, a marker on every committed point (so a one-point curve is a visible dot).
+charged rollouts, with a dot at both ends and wherever the score changes (so a one-point curve is
+a visible dot).
 
 Drawn by hand rather than with matplotlib: a report of hundreds of jobs draws one curve per job
 page, and an SVG string costs microseconds where a matplotlib PNG costs a tenth of a second; it is
@@ -53,7 +54,9 @@ def curve_svg(points: Sequence[tuple[int, float]], *, budget: int | None = None,
         for x, y in points[1:]:
             path.append(f"H{px(x):.1f}V{py(y):.1f}")  # a step: the score holds until the next commit
         parts.append(f'<path d="{"".join(path)}" fill="none" stroke="{LINE}" stroke-width="2"/>')
-    for x, y in points:
+    # Dots where the committed score changes (and at both ends), not on every sampled grid point.
+    marked = [p for i, p in enumerate(points) if i in (0, len(points) - 1) or p[1] != points[i - 1][1]]
+    for x, y in marked:
         parts.append(f'<circle class="point" cx="{px(x):.1f}" cy="{py(y):.1f}" r="4" fill="{LINE}">'
                      f'<title>{x} charged: {y:.3f}</title></circle>')
     if budget:
