@@ -105,7 +105,11 @@ def outcome_section(story: JobStory) -> str:
               if budget.get(k)]
     if extras:
         used += "; " + ", ".join(extras)
-    evaluated = sum(1 for c in story.candidates if c.evaluated and c.status != SEED)
+    proposals = [c for c in story.candidates if c.evaluated and c.status != SEED]
+    best = max(proposals, key=lambda c: (c.mean_score or 0.0, -c.index), default=None)
+    best_text = "" if best is None else (
+        f"; best proposal {best.candidate_id[:8]} ({', '.join(c.label for c in best.changes) or 'no change'}): "
+        f"mean {_score(best.mean_score)} over {best.rollouts} rollout(s)")
     if story.kept_seed:
         deployed = (f'<span class="kept">seed prompts kept</span> — '
                     f'{escape(explain_fallback(story.fallback_reason))}')
@@ -122,7 +126,7 @@ def outcome_section(story: JobStory) -> str:
             f" (optimization {escape(story.status)}{', ' + escape(story.failure_kind) if story.failure_kind else ''})"
             if story.status != "completed" else "")),
         ("budget used", escape(used) + (f"; {story.elapsed_seconds:.0f} s" if story.elapsed_seconds else "")),
-        ("candidates", f"{len(story.candidates)} noted, {evaluated} proposed and evaluated"),
+        ("candidates", escape(f"{len(story.candidates)} noted, {len(proposals)} proposed and evaluated{best_text}")),
         ("deployed", deployed),
         ("validation (seed → incumbent)",
          f"{_score(validation.get('baseline_validation_score'))} → {_score(validation.get('incumbent_validation_score'))}"),

@@ -305,12 +305,11 @@ def field_diffs(seed: Mapping[str, Any], deployed: Mapping[str, Any]) -> tuple[F
 _FIRST_FAILURE = re.compile(r"first failure: ([a-z_]+) on test (\d+) \(([a-z_]+)\)")
 
 
-def first_failure(feedback: str, outcome: str) -> str | None:
-    """The grader's 'first failure: <outcome> on test <n> (<kind>)', else the outcome itself."""
+def first_failure(feedback: str) -> str | None:
+    """The grader's 'first failure: <outcome> on test <n> (<kind>)' as '<outcome> on test <n> (<kind>)';
+    None when no test ran (no code, a passed program), where the outcome alone says it."""
     found = _FIRST_FAILURE.search(feedback or "")
-    if found:
-        return f"{found.group(1)} on test {found.group(2)} ({found.group(3)})"
-    return None if outcome in ("passed", "success") else outcome or None
+    return f"{found.group(1)} on test {found.group(2)} ({found.group(3)})" if found else None
 
 
 @lru_cache(maxsize=4096)
@@ -327,7 +326,7 @@ def _verdict(record: Mapping[str, Any] | None, score: Any, status: Any) -> Verdi
     return Verdict(
         score=None if score is None else float(score), outcome=outcome,
         passed=verdict.get("passed"), total=verdict.get("total"),
-        first_failure=first_failure(str(record.get("feedback") or ""), outcome),
+        first_failure=first_failure(str(record.get("feedback") or "")),
         program=record.get("answer"),
     )
 
