@@ -171,3 +171,30 @@ def test_the_job_page_shows_the_diff_and_the_candidates_in_chromium(jobs: dict[s
     assert (229, 246, 229) in colors, "the diff's added line is not drawn"  # td.add
     assert (238, 247, 238) in colors, "the candidate table's deployed row is not drawn"  # tr.deployed-row
     assert (253, 232, 232) not in colors  # nothing was removed from the seed (td.del)
+
+
+def test_the_side_by_side_diff_pairs_changes_and_folds_long_equal_runs() -> None:
+    from optimizers.protocol.report_job_diff import side_by_side
+
+    seed = "\n".join(f"line {i}" for i in range(20))
+    deployed = seed.replace("line 10\n", "line ten\n").replace("line 14\n", "") + "\nnew last line"
+    html = side_by_side(seed, deployed)
+    assert re.findall(r'<td class="ln del">(.*?)</td>', html) == ["line 10", "line 14"]
+    assert re.findall(r'<td class="ln add">(.*?)</td>', html) == ["line ten", "new last line"]
+    assert html.count("unchanged line") == 1 and "… 8 unchanged lines …" in html  # 0-7 folded, 8-9 kept
+    assert side_by_side("same", "same").count('<td class="ln same">') == 2
+
+
+def test_candidate_rollouts_come_from_rollouts_jsonl_without_a_tracker_journal(
+        jobs: dict[str, Path], tmp_path: Path) -> None:
+    import shutil
+
+    copy = tmp_path / "job"
+    shutil.copytree(jobs["edited"], copy, ignore=shutil.ignore_patterns(".lock", "*.lock"))
+    with_tracker = job_story(copy).candidates
+    (copy / "optimization" / "tracker.jsonl").unlink()
+    without = job_story(copy).candidates
+    assert [(c.candidate_id, c.rollouts, c.mean_score) for c in without] == \
+        [(c.candidate_id, c.rollouts, c.mean_score) for c in with_tracker]
+    assert sum(c.rollouts for c in without) == json.loads((copy / "result.json").read_text())[
+        "optimization"]["budget"]["charged"]
