@@ -30,8 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from optimizers.candidate import Candidate  # noqa: E402
 from optimizers.journal import write_sealed  # noqa: E402
-from optimizers.protocol import cells  # noqa: E402
-from optimizers.protocol.config import GRID_BUDGET  # noqa: E402
+from optimizers.protocol.grid import cells  # noqa: E402
+from optimizers.protocol.grid.config import GRID_BUDGET  # noqa: E402
 
 TARGET_S = 60.0
 TEST_PROBLEMS = 50
@@ -172,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     jobs = build(runs)
     built_s = time.perf_counter() - started
-    from optimizers.protocol import report
+    from optimizers.protocol.report import page as report
 
     started = time.perf_counter()
     code = report.main([str(runs), "--out", str(out), "--bootstrap", str(args.bootstrap)])

@@ -49,8 +49,8 @@ def register_one_role_edit() -> None:
 
 def run_edit_job(out: Path, base_url: str, *, topology: str, team_size: int, role: str, always: bool = False,
                  tracker: Any = None) -> dict[str, Any]:
-    from optimizers.protocol.config import JobConfig, ModelSpec
-    from optimizers.protocol.job import JobRuntime, run_job
+    from optimizers.protocol.grid.config import JobConfig, ModelSpec
+    from optimizers.protocol.job.engine import JobRuntime, run_job
 
     register_one_role_edit()
     config = JobConfig(method=METHOD, method_params={"role": role, "always": always}, topology=topology,

@@ -18,12 +18,12 @@ from report_fixtures import CHROMIUM, screenshot, write_grid, write_job  # noqa:
 from report_job_support import run_edit_job  # noqa: E402
 from tracking_support import SOLVE_ALL, team_script  # noqa: E402
 
-from optimizers.protocol import report  # noqa: E402
-from optimizers.protocol.report_data import load  # noqa: E402
-from optimizers.protocol.report_idle import idle_reason  # noqa: E402
-from optimizers.protocol.report_job import diff_section, render_job_page, verdicts_section  # noqa: E402
-from optimizers.protocol.report_job_data import job_story, problem_verdicts  # noqa: E402
-from optimizers.protocol.report_job_svg import curve_svg  # noqa: E402
+from optimizers.protocol.report import page as report  # noqa: E402
+from optimizers.protocol.report.data import load  # noqa: E402
+from optimizers.protocol.report.idle import idle_reason  # noqa: E402
+from optimizers.protocol.report.job_page import diff_section, render_job_page, verdicts_section  # noqa: E402
+from optimizers.protocol.report.job_data import job_story, problem_verdicts  # noqa: E402
+from optimizers.protocol.report.job_svg import curve_svg  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -133,7 +133,7 @@ def test_a_single_committed_point_is_a_marker(tmp_path: Path) -> None:
     (folder / "optimization" / "learning_curve.jsonl").write_text(
         json.dumps({"schema": 2, "reason": "stop", "charged_rollouts": 6, "incumbent_score": 0.5}) + "\n")
     write_job(tmp_path / "runs", method="gepa", topology="single", seed=0, gain=1)
-    from optimizers.protocol.report_plots import learning_curves
+    from optimizers.protocol.report.plots import learning_curves
 
     data = load([tmp_path / "runs"], replicates=100)
     figure = learning_curves(data)
@@ -159,7 +159,7 @@ def test_idle_reasons_follow_the_data(tmp_path: Path) -> None:
 def test_the_job_page_shows_the_diff_and_the_candidates_in_chromium(jobs: dict[str, Path], tmp_path: Path) -> None:
     from PIL import Image
 
-    from optimizers.protocol.report import _STYLE
+    from optimizers.protocol.report.page import _STYLE
 
     page = tmp_path / "job.html"
     page.write_text(render_job_page(job_story(jobs["edited"]), style=_STYLE))
@@ -174,7 +174,7 @@ def test_the_job_page_shows_the_diff_and_the_candidates_in_chromium(jobs: dict[s
 
 
 def test_the_side_by_side_diff_pairs_changes_and_folds_long_equal_runs() -> None:
-    from optimizers.protocol.report_job_diff import side_by_side
+    from optimizers.protocol.report.job_diff import side_by_side
 
     seed = "\n".join(f"line {i}" for i in range(20))
     deployed = seed.replace("line 10\n", "line ten\n").replace("line 14\n", "") + "\nnew last line"

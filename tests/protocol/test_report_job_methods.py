@@ -20,8 +20,9 @@ sys.path.insert(0, str(REPO / "tests" / "optimizers"))
 
 from scripted_world import start_world, world_job_config  # noqa: E402
 
-from optimizers.protocol import cells, report  # noqa: E402
-from optimizers.protocol.report_job_data import job_story  # noqa: E402
+from optimizers.protocol.grid import cells  # noqa: E402
+from optimizers.protocol.report import page as report  # noqa: E402
+from optimizers.protocol.report.job_data import job_story  # noqa: E402
 from optimizers.registry import BUILTIN_METHODS  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -30,7 +31,7 @@ METHODS = tuple(BUILTIN_METHODS)  # identity and the eight grid methods
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
-    from optimizers.protocol.job import JobRuntime, run_job
+    from optimizers.protocol.job.engine import JobRuntime, run_job
 
     root = tmp_path_factory.mktemp("methods")
     server = start_world(world="useful")
