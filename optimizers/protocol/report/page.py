@@ -1,9 +1,11 @@
 """``python -m optimizers.protocol.report ROOT... --out DIR``: the comparison report.
 
 Writes ``DIR/report.html`` (self-contained: every plot embedded as base64 PNG) and the same plots
-as ``DIR/<panel>.png`` beside it, plus ``DIR/report.json`` (the numbers behind the page). Panels:
-the Δpp heatmap method × topology with 95 % CIs, learning curves per cell, cost (tokens, wall
-time) vs gain, pass@1 by difficulty and the fallback rate. Cells and statistics come from
+as ``DIR/<panel>.png`` beside it, plus ``DIR/report.json`` (the numbers behind the page) and one
+page per job under ``DIR/jobs/`` (``report.job_page``; a one-job report opens with that job's
+story). Panels: the Δpp heatmap method × topology with 95 % CIs, learning curves per cell, cost
+(tokens, wall time) vs gain, pass@1 by difficulty and the fallback rate; a panel with nothing to
+say for these jobs is one line saying why (``report.idle``). Cells and statistics come from
 ``optimizers.protocol.aggregate``; a cell missing seeds is drawn from the seeds it has, marked
 partial.
 
