@@ -1,0 +1,300 @@
+"""``python -m optimizers.protocol.grid``: list the LCB grid, show what a runs folder holds, print
+the sweep commands that run it.
+
+    python -m optimizers.protocol.grid --list            # one cell per line, then the counts
+    python -m optimizers.protocol.grid --status runs/    # done / failed / running / missing per job
+    python -m optimizers.protocol.grid --commands        # the six Hydra sweeps that make the grid
+    python -m optimizers.protocol.grid --check           # compose + pre-flight every sweep job, no model
+
+The grid is defined in ``optimizers.protocol.grid.cells``; the sweeps are ``conf/experiment/lcb_grid*.yaml``
+(Hydra's basic sweeper takes cartesian products and the grid is a union of tables, so there is one
+sweep per table; together they are exactly the grid, which a test checks). Run them all with::
+
+    for e in lcb_grid lcb_grid_single lcb_grid_communication lcb_grid_team_size lcb_grid_llama \\
+             lcb_grid_llama_single; do
+        python -m optimizers.protocol.run experiment=$e hydra/launcher=joblib hydra.launcher.n_jobs=4 \\
+            task_endpoints=[http://host:8000/v1] reflection.endpoints=[http://host:8200/v1]
+    done
+
+Jobs already finished return their saved result at once, so a re-launch runs only what is missing.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import sys
+from collections import Counter
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from optimizers.protocol.grid import cells
+from optimizers.protocol.aggregate.summary import RESULT_SCHEMA, OneLineParser
+from optimizers.protocol.grid.config import JobConfig
+
+EXPERIMENTS_DIR = cells.CONF_DIR / "experiment"
+GRID_EXPERIMENT_PREFIX = "lcb_grid"
+STATUSES = ("done", "failed", "running", "missing")
+
+
+def config_in_grid(cfg: JobConfig) -> bool:
+    """Whether a job is a grid job (for ``identity``: whether some grid cell uses its condition)."""
+    return cells.grid_membership(cfg)[0]
+
+
+# --------------------------------------------------------------------------- --list
+
+
+def list_lines() -> Iterator[str]:
+    yield "\t".join(("method", "registry_key", "model", "seeds", "tables"))
+    for cell in cells.grid():
+        yield "\t".join((cell.method, cell.registry_key, cell.model, ",".join(map(str, cells.GRID_SEEDS)),
+                         ",".join(cell.tables)))
+    counts = cells.grid_counts()
+    yield ""
+    yield f"configurations\t{counts['configurations']}"
+    yield f"jobs\t{counts['jobs']}"
+    yield f"runtime_conditions\t{counts['conditions']}"
+    for name in ("per_model", "per_method", "per_table"):
+        yield f"{name}\t" + " ".join(f"{k}={v}" for k, v in counts[name].items())
+
+
+# --------------------------------------------------------------------------- --status
+
+
+@dataclass(frozen=True, slots=True)
+class JobStatus:
+    status: str  # done | failed | running | missing
+    cell: cells.GridCell
+    seed: int
+    path: Path
+    detail: str = ""
+
+
+def job_status(path: Path) -> tuple[str, str]:
+    """(status, detail) of one job folder."""
+    from optimizers.journal import SealError, read_sealed
+
+    if not path.is_dir():
+        return "missing", ""
+    result = path / "result.json"
+    if result.is_file():
+        try:
+            data = read_sealed(result)
+        except (SealError, OSError) as exc:
+            return "failed", f"result.json unreadable: {exc}"
+        if data.get("schema") != RESULT_SCHEMA:
+            return "failed", f"result.json has schema {data.get('schema')!r}"
+        if data.get("status") != "completed":
+            return "failed", f"result status {data.get('status')}"
+        if not (data.get("test") or {}).get("valid_for_aggregation", True):
+            return "done", "test data not valid for aggregation (unusable test rollouts)"
+        return "done", ""
+    if _locked(path / ".lock"):
+        return "running", "job folder locked by a running job"
+    return "failed", "no result.json (interrupted or failed; re-run to resume)"
+
+
+def _locked(lock: Path) -> bool:
+    """True while a job process holds the folder's lock (the engine's flock)."""
+    if not lock.is_file():
+        return False
+    fd = os.open(lock, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+def grid_status(runs_root: Path) -> list[JobStatus]:
+    out = []
+    for cell, seed in cells.grid_jobs():
+        path = cell.job_dir(runs_root, seed)
+        status, detail = job_status(path)
+        out.append(JobStatus(status, cell, seed, path, detail))
+    return out
+
+
+def status_lines(statuses: Sequence[JobStatus]) -> Iterator[str]:
+    yield "\t".join(("status", "method", "registry_key", "model", "seed", "path", "detail"))
+    for s in statuses:
+        yield "\t".join((s.status, s.cell.method, s.cell.registry_key, s.cell.model, str(s.seed), str(s.path),
+                         s.detail))
+    counts = Counter(s.status for s in statuses)
+    yield ""
+    yield "\t".join(f"{name}={counts.get(name, 0)}" for name in STATUSES) + f"\ttotal={len(statuses)}"
+
+
+# --------------------------------------------------------------------------- --commands
+
+
+def experiment_files() -> list[Path]:
+    return sorted(EXPERIMENTS_DIR.glob(f"{GRID_EXPERIMENT_PREFIX}*.yaml"))
+
+
+def sweep_params(path: Path) -> dict[str, list[str]]:
+    """An experiment file's ``hydra.sweeper.params``, each value split into its choices."""
+    import yaml
+
+    data: Any = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    params = (((data.get("hydra") or {}).get("sweeper") or {}).get("params")) or {}
+    return {str(k): [v.strip() for v in str(value).split(",")] for k, value in params.items()}
+
+
+def sweep_jobs(path: Path) -> Iterator[tuple[str, cells.Condition, int]]:
+    """The (method, condition, seed) jobs one experiment file's cartesian sweep launches."""
+    import itertools
+
+    params = sweep_params(path)
+    keys = list(params)
+    for values in itertools.product(*(params[k] for k in keys)):
+        choice = dict(zip(keys, values))
+        topology = choice["topology"]
+        size = int(choice.get("topology.team_size", cells.default_team_size(topology)))
+        condition = cells.Condition(topology, size, choice.get("communication", cells.DEFAULT_COMMUNICATION),
+                                    choice.get("model", "qwen"))
+        yield choice["method"], condition, int(choice["seed"])
+
+
+def sweep_choices(path: Path) -> Iterator[dict[str, str]]:
+    """Every override combination of one experiment file's cartesian sweep."""
+    import itertools
+
+    params = sweep_params(path)
+    keys = list(params)
+    for values in itertools.product(*(params[k] for k in keys)):
+        yield dict(zip(keys, values))
+
+
+# --------------------------------------------------------------------------- --check
+
+
+@dataclass(frozen=True, slots=True)
+class CheckFailure:
+    experiment: str
+    overrides: str
+    reason: str
+    method: str
+    unloadable_method: bool = False
+
+
+def check_grid(paths: Sequence[Path] | None = None) -> tuple[int, list[CheckFailure]]:
+    """Compose every job of every ``lcb_grid*`` sweep as the app would and run its pre-flight
+    checks (no model is called). Returns (jobs checked, failures)."""
+    import dataclasses
+
+    from hydra import compose, initialize_config_dir
+
+    from optimizers.protocol.run.hydra_config import job_config
+    from optimizers.protocol.run.preflight import MethodNotLoadable, PreflightError, preflight
+    from optimizers.protocol.run.app import to_overrides
+
+    checked, failures = 0, []
+    with initialize_config_dir(config_dir=str(cells.CONF_DIR), version_base="1.3"):
+        for path in paths if paths is not None else experiment_files():
+            by_seedless: dict[tuple[tuple[str, str], ...], list[int]] = {}
+            for choice in sweep_choices(path):
+                seed = int(choice.pop("seed", "0"))
+                by_seedless.setdefault(tuple(sorted(choice.items())), []).append(seed)
+            for items, seeds in by_seedless.items():
+                choice = dict(items)
+                label = " ".join(f"{k}={v}" for k, v in items)
+                checked += len(seeds)
+                method = choice.get("method", "?")
+                try:
+                    overrides = to_overrides([f"experiment={path.stem}", *(f"{k}={v}" for k, v in items),
+                                              f"seed={seeds[0]}"])
+                    base = job_config(compose(config_name="config", overrides=overrides))
+                except Exception as exc:  # noqa: BLE001 - ours (UsageError, CellError, ConfigError) or Hydra's
+                    # A method without conf/method/<name>.yaml is one this build does not have yet.
+                    missing = not (cells.CONF_DIR / "method" / f"{method}.yaml").is_file()
+                    failures.append(CheckFailure(path.stem, label, _line(exc), method, missing))
+                    continue
+                for seed in seeds:
+                    job = dataclasses.replace(base, seed=seed,
+                                              out=cells.job_dir("runs", base.method, cells.condition_of(base), seed))
+                    try:
+                        preflight(job)
+                    except MethodNotLoadable as exc:
+                        failures.append(CheckFailure(path.stem, f"{label} seed={seed}", str(exc), method, True))
+                        break
+                    except PreflightError as exc:
+                        failures.append(CheckFailure(path.stem, f"{label} seed={seed}", str(exc), method))
+    return checked, failures
+
+
+def _line(exc: BaseException) -> str:
+    return " ".join(str(exc).split())[:300] or type(exc).__name__
+
+
+def check_lines(checked: int, failures: Sequence[CheckFailure]) -> Iterator[str]:
+    """One line per failing job, one per method that cannot be loaded, then the counts."""
+    other = [f for f in failures if not f.unloadable_method]
+    for failure in other:
+        yield "\t".join(("fail", failure.experiment, failure.overrides, failure.reason))
+    by_method: dict[str, list[CheckFailure]] = {}
+    for failure in failures:
+        if failure.unloadable_method:
+            by_method.setdefault(failure.method, []).append(failure)
+    unloadable = sorted(by_method)
+    for method in unloadable:
+        rows = by_method[method]
+        yield "\t".join(("unloadable", method, f"{len(rows)} sweep entries", rows[0].reason))
+    yield ""
+    yield f"jobs\t{checked}\tfailed\t{len(other)}\tunloadable_methods\t{','.join(unloadable) or '-'}"
+    if unloadable:
+        yield f"methods not loadable in this build (their jobs cannot start yet): {', '.join(unloadable)}"
+
+
+def command_lines() -> Iterator[str]:
+    for path in experiment_files():
+        count = sum(1 for _ in sweep_jobs(path))
+        yield (f"python -m optimizers.protocol.run experiment={path.stem}  "
+               f"# {count} jobs; add hydra/launcher=joblib hydra.launcher.n_jobs=N to run them in parallel")
+
+
+# --------------------------------------------------------------------------- CLI
+
+
+def build_parser() -> OneLineParser:
+    parser = OneLineParser(prog="python -m optimizers.protocol.grid",
+                           description="The LCB experiment grid: cells, job status, sweep commands.")
+    mode = parser.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--list", action="store_true", help="print every grid cell and the counts")
+    mode.add_argument("--status", type=Path, metavar="RUNS_ROOT",
+                      help="print done / failed / running / missing for every grid job under RUNS_ROOT")
+    mode.add_argument("--commands", action="store_true", help="print the Hydra sweeps that run the grid")
+    mode.add_argument("--check", action="store_true",
+                      help="compose every job of every lcb_grid* sweep and run its pre-flight checks "
+                           "(no model call); exit 1 if any job could not start")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.check:
+        checked, failures = check_grid()
+        for line in check_lines(checked, failures):
+            sys.stdout.write(line + "\n")
+        return 1 if failures else 0
+    if args.list:
+        lines: Iterator[str] = list_lines()
+    elif args.commands:
+        lines = command_lines()
+    else:
+        if not args.status.is_dir():
+            sys.stderr.write(f"error: {args.status} is not a folder\n")
+            return 2
+        lines = status_lines(grid_status(args.status))
+    for line in lines:
+        sys.stdout.write(line + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
