@@ -27,17 +27,6 @@ TASK_MODEL_ID = "gym/scripted-team-model"
 OPTIMIZE_TESTS = 3  # hidden tests an optimization rollout is graded on (as in the LCB system)
 
 
-def lcb_system_module() -> Any:
-    """The LCB team system's module. Issue 23 moves it into ``optimizers.protocol.job``; until
-    both branches are on main, take whichever this checkout has (drop the old name after)."""
-    import importlib
-
-    try:
-        return importlib.import_module("optimizers.protocol.job.lcb_system")
-    except ModuleNotFoundError:
-        return importlib.import_module("optimizers.protocol.lcb_system")
-
-
 async def scripted_grade(problem: Problem, code: str | None, *, tests: Any = "hidden",
                          max_tests: int | None = None, **_: Any) -> Verdict:
     """Pass iff ``code`` is the reference program; a wrong program fails its first test."""
@@ -98,7 +87,9 @@ class GymSystem:
 
     async def run(self, candidate: Candidate, problem_id: str, *, seed: int, mode: str,
                   active: Collection[str] | None = None) -> AttemptResult:
-        system = lcb_system_module().LcbTeamSystem(
+        from optimizers.protocol.job.lcb_system import LcbTeamSystem
+
+        system = LcbTeamSystem(
             base_spec=self.base_spec,
             client=self.rollout_model(candidate, problem_id, seed, active),
             problem=self.problems.__getitem__,
@@ -114,11 +105,12 @@ class GymSystem:
 def seed_candidate(world: World) -> tuple[Candidate, TeamSpec, TeamRoster]:
     """The world's seed: the topology's real seed prompts plus the facts the world says the seed
     already carries (each appended to its home component)."""
+    from optimizers.protocol.job.lcb_system import seed_candidate as team_seed
     from topologies.prompts import default_team_spec
     from topologies.teams.layouts import team_roster
 
     spec = default_team_spec(world.topology, team_size=world.team_size)
-    seed = lcb_system_module().seed_candidate(spec)
+    seed = team_seed(spec)
     additions: dict[str, str] = {}
     for fact in world.facts:
         if fact.id in world.seed_facts:
