@@ -252,3 +252,27 @@ def test_selection_rule_and_force_resume_come_from_flags_or_overrides() -> None:
         compose_job(["method=gepa", "topology=centralized", "seed=0", "selection.mode=sideways"])
     with pytest.raises(ConfigError, match="selection.size must be >= 1"):
         compose_job(["method=gepa", "topology=centralized", "seed=0", "selection.mode=heldout", "selection.size=0"])
+
+
+def test_selection_is_a_config_group() -> None:
+    assert options("selection") == ["heldout", "val"]
+    held = compose_job(["method=gepa", "topology=centralized", "seed=0", "selection=heldout"])
+    assert (held.selection, held.selection_size) == ("heldout", 25)
+    sized = compose_job(["method=gepa", "topology=centralized", "seed=0", "selection=heldout", "selection.size=7"])
+    assert (sized.selection, sized.selection_size) == ("heldout", 7)
+    assert compose_job(["method=gepa", "topology=centralized", "seed=0", "selection=val"]).selection == "val"
+    with pytest.raises(UsageError, match="unknown selection 'sideways'; available: heldout, val"):
+        to_overrides(["method=gepa", "topology=centralized", "seed=0", "selection=sideways"])
+
+
+def test_the_old_selection_spelling_still_works_with_one_notice(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["--method", "gepa", "--topology", "centralized", "--seed", "0"]
+    new = from_argv([*argv, "selection=heldout", "selection.size=9"])
+    assert capsys.readouterr().err == ""
+    old = from_argv([*argv, "selection.mode=heldout", "selection.size=9"])
+    assert old == new
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("note: selection.mode=heldout is deprecated")
+    assert "write selection=heldout" in err
+    # A sweep over the old key becomes a sweep over the group.
+    assert to_overrides(["selection.mode=val,heldout"]) == ["selection=val,heldout"]

@@ -88,7 +88,7 @@ FLAGS: dict[str, Flag] = {
     "--tracker": Flag("tracker"),
     "--experiment": Flag("experiment"),
     "--force-resume": Flag("force_resume", "bool"),
-    "--selection": Flag("selection.mode"),
+    "--selection": Flag("selection"),
     "--selection-size": Flag("selection.size"),
 }
 
@@ -100,7 +100,7 @@ HYDRA_OPTIONS = frozenset({
 })
 
 # Config groups whose options are files under conf/ (checked before Hydra composes anything).
-GROUPS = ("method", "topology", "communication", "model", "tracker", "experiment")
+GROUPS = ("method", "topology", "communication", "model", "tracker", "selection", "experiment")
 _PLAIN_VALUE = re.compile(r"^[\w.\-/:@+~%]*$")
 
 
@@ -269,8 +269,28 @@ def check_topology_knobs(overrides: Sequence[str]) -> None:
             raise UsageError(f"{knob} does not apply to the {found[1]} team (its settings: {', '.join(sorted(knobs))})")
 
 
+# Old spellings still accepted for one release: key -> the config group that replaced it.
+DEPRECATED_KEYS: dict[str, str] = {"selection.mode": "selection"}
+
+
+def replace_deprecated(overrides: Sequence[str]) -> list[str]:
+    """``selection.mode=heldout`` -> ``selection=heldout``, with a one-line notice on stderr."""
+    result = []
+    for text in overrides:
+        parts = _split_override(text)
+        group = DEPRECATED_KEYS.get(parts[0]) if parts else None
+        if group is None:
+            result.append(text)
+            continue
+        assert parts is not None
+        result.append(f"{group}={parts[1]}")
+        sys.stderr.write(f"note: {text} is deprecated and will stop working; write {group}={parts[1]} "
+                         f"({group} is a config group: {', '.join(_group_options(group))})\n")
+    return result
+
+
 def to_overrides(argv: Sequence[str]) -> list[str]:
-    overrides = flags_to_overrides(argv)
+    overrides = replace_deprecated(flags_to_overrides(argv))
     overrides = resolve_registry_key(overrides)
     overrides = resolve_model_id(overrides)
     check_group_choices(overrides)
