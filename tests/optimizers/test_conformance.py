@@ -21,6 +21,7 @@ from optimizers.protocol.job.engine import Job, run_job
 from optimizers.protocol.job.lcb_system import base_team_spec, seed_candidate
 from optimizers.reflection import ReflectionModel, extract_fenced, extract_json
 from optimizers.registry import MethodUnavailable, available_methods, get_optimizer_class
+from job_support import without_keys
 from scripted_world import fast_runtime, run_and_kill, start_world, world_job_config
 
 METHODS = available_methods()
@@ -44,11 +45,7 @@ def world() -> Any:
 
 
 def stable(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: stable(v) for k, v in value.items() if k not in VOLATILE}
-    if isinstance(value, list):
-        return [stable(v) for v in value]
-    return value
+    return without_keys(value, VOLATILE)
 
 
 def without_call_origin(value: Any) -> Any:
