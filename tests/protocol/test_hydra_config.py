@@ -12,7 +12,7 @@ import yaml
 from optimizers.protocol.grid import cells
 from optimizers.protocol.grid import cli as grid
 from optimizers.protocol.grid.config import JobConfig
-from optimizers.protocol.run.hydra_config import ConfigError, job_config
+from optimizers.protocol.run.hydra_config import ConfigError, check_job, job_config
 from optimizers.protocol.run.app import UsageError, to_overrides
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
@@ -276,3 +276,13 @@ def test_the_old_selection_spelling_still_works_with_one_notice(capsys: pytest.C
     assert "write selection=heldout" in err
     # A sweep over the old key becomes a sweep over the group.
     assert to_overrides(["selection.mode=val,heldout"]) == ["selection=val,heldout"]
+
+
+def test_check_job_judges_the_standing_the_app_computed_once() -> None:
+    job = compose_job([*BASE, "data=builtin"])
+    standing = cells.conformance(job)
+    assert standing.in_grid and standing.why_not_in_grid == ""
+    check_job(job, standing)
+    off = dataclasses.replace(standing, in_grid=False, reasons=("the caller's reason",))
+    with pytest.raises(ConfigError, match="^the caller's reason; pass --allow-any-cell"):
+        check_job(job, off)  # the given record is used, not recomputed

@@ -430,11 +430,13 @@ def run_task(cfg: Any) -> dict[str, Any]:
         job = job_config(cfg)
         if multirun and cfg.get("out") is not None:
             raise ConfigError("out= names one job folder; a sweep places its jobs under runs_root=")
-        in_grid, _, why = cells.grid_membership(job)
-        if multirun and not in_grid and not job.allow_any_cell:
+        # The job's grid cell and conformance, once: the checks and the engine reuse this record.
+        standing = cells.conformance(job)
+        if multirun and not standing.in_grid and not job.allow_any_cell:
+            why = standing.why_not_in_grid
             sys.stderr.write(f"skip: {label}: {why} (allow_any_cell=true runs it)\n")
             return {"status": "skipped", "reason": why}
-        check_job(job)
+        check_job(job, standing)
     except ConfigError as exc:
         return _refuse(str(exc), multirun, label)
 
@@ -455,7 +457,7 @@ def run_task(cfg: Any) -> dict[str, Any]:
     status = "failed"
     try:
         _write_config(cfg, job.out)  # a resumed job's folder exists already
-        result = run_job(job, JobRuntime(tracker=tracker))
+        result = run_job(job, JobRuntime(tracker=tracker, standing=standing))
         status = "completed"
     except JobError as exc:
         return _refuse(str(exc), multirun, label)
