@@ -3,10 +3,12 @@
 It reuses GEPA's adapter for evaluation (budgeted rollouts, candidate book, validation
 bookkeeping) and changes the two things the method is about:
 
-- ``make_reflective_dataset``: for each role to update, one record per row with the task, the
-  *whole* source-tagged team trajectory (who said what), the submitted program, that role's own
-  turns, and our verdict feedback (score, outcome, passed k/n; never hidden-test content).
-  Every role is judged by the team's trajectory-level score;
+- ``make_reflective_dataset``: for each role to update, one record per row in which that role
+  acted: the task, the component, the *whole* source-tagged team trajectory (who said what), that
+  role's own turns, and the feedback. As in the reference the feedback is only the team's global
+  score and status (``Global team score=1.000000; status=success``): every role is judged by the
+  team's trajectory-level score. ``rich_feedback`` adds the submitted program and our verdict
+  (outcome, passed k/n; never hidden-test content);
 - ``propose_new_texts``: renders gepa's instruction-proposal prompt with MAMUT's template (keep
   the role self-contained, its responsibilities in the topology and its output contract), asks
   the reflection model at the method's temperature and reads the text between the BEGIN/END
@@ -41,13 +43,19 @@ _MARKED = re.compile(rf"^[ \t]*{BEGIN}[ \t]*\n(.*?)\n[ \t]*{END}[ \t]*$", re.DOT
 
 @dataclass(frozen=True, slots=True)
 class RecordLimits:
-    """How much of a row the reflection model reads (characters)."""
+    """How much of a row the reflection model reads (characters), and how rich its feedback is."""
 
     task_chars: int
     message_chars: int
     trajectory_chars: int
     own_turns_chars: int
     program_chars: int
+    rich_feedback: bool = False  # True: + submitted program and verdict (outcome, passed k/n)
+
+
+def global_feedback(rollout: Rollout) -> str:
+    """The reference's feedback text: the team's score and status, nothing else."""
+    return f"Global team score={rollout.score:.6f}; status={rollout.status.value}"
 
 
 @dataclass
@@ -126,27 +134,29 @@ class MAMUTAdapter(LcbGEPAAdapter):
 
     # -- reflective dataset ---------------------------------------------------------------------
 
-    def _record(self, key: str, rollout: Rollout) -> dict[str, Any]:
+    def _record(self, key: str, rollout: Rollout) -> dict[str, Any] | None:
         trace, limits = rollout.trace, self.limits
         self.agents_seen = max(self.agents_seen, agents_in_trace(trace))
         if key.startswith("role/"):
             role = key[len("role/"):]
             own = render_trace(trace, role=role, each=limits.message_chars, total=limits.own_turns_chars)
-            own = own or f"(the {role} role did not speak in this run)"
+            if not own:
+                return None  # as in the reference, a row where the role never acted is left out
         else:
             own = "(a protocol text has no turns of its own; see the team trajectory)"
-        return {
-            "Inputs": {
-                "Task": task_text(trace, limits.task_chars),
-                "Component to improve": key,
-                "Team trajectory": render_trace(trace, each=limits.message_chars, total=limits.trajectory_chars)
-                or "(no agent spoke)",
-                "Submitted program": clip(rollout.answer, limits.program_chars) if rollout.answer
-                else "(no program was extracted)",
-            },
-            "Generated Outputs": own,
-            "Feedback": outcome_line(rollout),
+        inputs = {
+            "Task": task_text(trace, limits.task_chars),
+            "Component to improve": key,
+            "Team trajectory": render_trace(trace, each=limits.message_chars, total=limits.trajectory_chars)
+            or "(no agent spoke)",
         }
+        if limits.rich_feedback:
+            inputs["Submitted program"] = (clip(rollout.answer, limits.program_chars) if rollout.answer
+                                           else "(no program was extracted)")
+        feedback = global_feedback(rollout)
+        if limits.rich_feedback:
+            feedback += "\n" + outcome_line(rollout)
+        return {"Inputs": inputs, "Generated Outputs": own, "Feedback": feedback}
 
     # -- proposer (gepa calls this instead of its own reflective proposer) -----------------------
 
