@@ -86,18 +86,53 @@ def component_label(key: str) -> str:
     return f"the team protocol text `{key[len('protocol/'):]}` (every agent reads it when work is handed over)"
 
 
-def proposal_template(key: str, team: str) -> str:
-    """gepa template (``<curr_param>``, ``<side_info>``) for one component of a jointly optimized team."""
+def engine_placeholders() -> tuple[str, str]:
+    """The (current text, records) placeholders of the installed gepa's proposal renderer.
+
+    gepa 0.0.27 (the reference's pin) names them ``<curr_instructions>`` and
+    ``<inputs_outputs_feedback>``, 0.1.x ``<curr_param>`` and ``<side_info>``; the rendering is
+    otherwise the same, so naming them as the engine does gives the same prompt on both."""
+    from gepa.strategies.instruction_proposal import InstructionProposalSignature
+
+    try:
+        InstructionProposalSignature.validate_prompt_template("<curr_param>\n<side_info>")
+    except ValueError:
+        return "<curr_instructions>", "<inputs_outputs_feedback>"
+    return "<curr_param>", "<side_info>"
+
+
+class NoOpProposal(RuntimeError):
+    """No component changed: the engine must skip this proposal without evaluating a child."""
+
+
+def engine_skips_empty_proposals() -> bool:
+    """Whether the installed gepa skips an empty proposal by itself (0.1.x does, without
+    evaluating a child). 0.0.27 would evaluate a copy of the parent; there, as in the reference,
+    the proposer raises and the engine catches it and skips. (Raising under 0.1.x would instead
+    make it retry the proposal once more, a second reflection call.)"""
+    from importlib import metadata
+
+    try:
+        major, minor = (int(part) for part in metadata.version("gepa").split(".")[:2])
+    except (metadata.PackageNotFoundError, ValueError):
+        return True
+    return (major, minor) >= (0, 1)
+
+
+def proposal_template(key: str, team: str, placeholders: tuple[str, str] = ("<curr_param>", "<side_info>")) -> str:
+    """gepa template for one component of a jointly optimized team (``placeholders``: the engine's
+    names for the current text and the records, see ``engine_placeholders``)."""
+    current, records = placeholders
     what = component_label(key)
     return (
         f"You are improving {what} in {team}. The agents solve competitive programming problems "
         "(standard-input programs or LeetCode-style class methods) together. The team is scored as a "
         "whole by hidden tests, and all of its prompts are optimized jointly, one at a time.\n\n"
-        f"The current text of {what}, between the markers:\n{BEGIN}\n<curr_param>\n{END}\n\n"
+        f"The current text of {what}, between the markers:\n{BEGIN}\n{current}\n{END}\n\n"
         "Runs of the whole team with the current prompts. Each gives the task, the team trajectory with "
-        "every message tagged by who sent it ([source (agent) | kind]), the submitted program, the turns "
-        "of this component's own role, and the grader's verdict (score 1 means every graded hidden test "
-        "passed; it gives counts and failure kinds, never the hidden tests):\n\n<side_info>\n\n"
+        "every message tagged by who sent it ([source (agent) | kind]), the turns of this component's own "
+        "role, and the team's global feedback (score 1 means every graded hidden test passed; "
+        f"the hidden tests themselves are never shown):\n\n{records}\n\n"
         f"Write an improved version of {what}.\n"
         "- Keep it self-contained: it must make sense on its own, without referring to these runs, to "
         "the other prompts or to this revision.\n"
@@ -131,6 +166,8 @@ class MAMUTAdapter(LcbGEPAAdapter):
         self.temperature = temperature
         self.top_p = top_p
         self.tally = ProposalTally()
+        self.placeholders = engine_placeholders()
+        self.skip_by_empty_reply = engine_skips_empty_proposals()
 
     # -- reflective dataset ---------------------------------------------------------------------
 
@@ -173,7 +210,8 @@ class MAMUTAdapter(LcbGEPAAdapter):
             prompt = InstructionProposalSignature.prompt_renderer({
                 "current_instruction_doc": candidate[key],
                 "dataset_with_feedback": records,
-                "prompt_template": proposal_template(key, team_description(self.role_names, self.agents_seen)),
+                "prompt_template": proposal_template(key, team_description(self.role_names, self.agents_seen),
+                                                     self.placeholders),
             })
             self.tally.asked += 1
             reply = ask_for_proposal(self.reflection, self.bridge, str(prompt),
@@ -187,6 +225,8 @@ class MAMUTAdapter(LcbGEPAAdapter):
                 self.tally.note(key, "changed")
                 new_texts[key] = text
         if not new_texts:
-            # Nothing changed: gepa skips an empty proposal, so no rollout is spent on a copy.
+            # Nothing changed: the engine skips the proposal, so no rollout is spent on a copy.
             self.tally.skipped_proposals += 1
+            if not self.skip_by_empty_reply:
+                raise NoOpProposal("MAMUT-GEPA: the proposal changed no component")
         return new_texts
