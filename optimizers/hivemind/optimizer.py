@@ -264,8 +264,8 @@ class _Run:
         k = self.params.manager_every_k
         if self.ctx.team.topology == "centralized" and k > 0 and number % k == 0:
             return MANAGER
-        order = {role: i for i, role in enumerate(self.game.prompts())}
-        return min(by_prompt, key=lambda role: (by_prompt[role], order[role]))
+        # ties go to the first role name in alphabetical order, as in the reference
+        return min(sorted(by_prompt), key=lambda role: by_prompt[role])
 
     async def write_lessons(self, target: str, shapley: float | None, full_runs: Sequence[Rollout],
                             number: int) -> str:

@@ -29,7 +29,6 @@ from optimizers.reflection import (
     ReflectionModel,
     agents_in_trace,
     clip,
-    extract_fenced,
     outcome_line,
     render_trace,
     task_text,
@@ -38,6 +37,7 @@ from optimizers.reflection import (
 
 BEGIN = "BEGIN_PROMPT"
 END = "END_PROMPT"
+_FENCED = re.compile(r"```[^\n]*\n(.*?)```", re.DOTALL)
 _MARKED = re.compile(rf"^[ \t]*{BEGIN}[ \t]*\n(.*?)\n[ \t]*{END}[ \t]*$", re.DOTALL | re.MULTILINE)
 
 
@@ -146,11 +146,20 @@ def proposal_template(key: str, team: str, placeholders: tuple[str, str] = ("<cu
 
 
 def read_proposal(reply: str) -> str | None:
-    """The text between the last BEGIN/END marker pair (else a fenced block), or None."""
-    marked = [m.strip() for m in _MARKED.findall(reply) if m.strip()]
-    if marked:
-        return marked[-1]
-    return extract_fenced(reply)
+    """The proposed text, read as the reference reads it: the first marked block (BEGIN/END)
+    if it is non-empty, else the last fenced block, else everything after a BEGIN line whose END
+    is missing; None when there is none of these (the component then stays as it is)."""
+    first = _MARKED.search(reply)
+    if first is not None and first.group(1).strip():
+        return first.group(1).strip()
+    fenced = [block.strip() for block in _FENCED.findall(reply) if block.strip()]
+    if fenced:
+        return fenced[-1]
+    opened = re.search(rf"^[ \t]*{BEGIN}[ \t]*$", reply, flags=re.MULTILINE)
+    if opened is not None:
+        tail = reply[opened.end():].replace(END, "").strip()
+        return tail or None
+    return None
 
 
 class MAMUTAdapter(LcbGEPAAdapter):

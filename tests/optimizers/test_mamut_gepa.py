@@ -211,10 +211,12 @@ def test_incumbent_is_gepa_best_only_if_it_differs_and_is_not_below_the_seed() -
     assert choose_incumbent(book, val) == (seed, "gepa_best_below_seed")
 
 
-def test_proposal_reader_takes_the_marked_text() -> None:
+def test_proposal_reader_reads_as_the_reference_does() -> None:
     assert read_proposal("x\nBEGIN_PROMPT\n  new text\nline 2\nEND_PROMPT\ny") == "new text\nline 2"
-    assert read_proposal("BEGIN_PROMPT\nold\nEND_PROMPT\nthen\nBEGIN_PROMPT\nnewer\nEND_PROMPT") == "newer"
-    assert read_proposal("```\nfenced\n```") == "fenced"
+    # the first marked block, as the reference's re.search takes it
+    assert read_proposal("BEGIN_PROMPT\nfirst\nEND_PROMPT\nthen\nBEGIN_PROMPT\nsecond\nEND_PROMPT") == "first"
+    assert read_proposal("```\nshort\n```\nand\n```python\nlast fenced\n```") == "last fenced"
+    assert read_proposal("BEGIN_PROMPT\ncut off before the end marker") == "cut off before the end marker"
     assert read_proposal("no markers at all") is None
 
 
