@@ -135,3 +135,30 @@ def test_shared_coalition_seeds_is_a_knob(tmp_path: Path) -> None:
             assert rollout["sample"] == 0
             seeds[rollout["problem_id"]].add(rollout["seed"])
     assert len(seeds) == 5 and all(len(found) == 1 for found in seeds.values())  # common random numbers
+
+
+def test_a_reply_without_lessons_skips_the_gate(tmp_path: Path) -> None:
+    # single agent: 2 coalitions ({} and {solver}) x 5 + a gate of 2 x 4 = 18 per cycle; a reply
+    # with no lesson makes no candidate, so the gate's 8 rollouts are never spent
+    from optimizers.reflection import REFLECTION_SYSTEM
+    from scripted_world import world_script
+    from topologies.scripted import FunctionRule, Script, ScriptedServer
+
+    def prose(request: Any) -> str | None:
+        if REFLECTION_SYSTEM in request.system and "Task: hivemind/lessons." in request.system:
+            return "The role did fine; I have nothing to add."
+        return None
+
+    server = ScriptedServer(Script([FunctionRule("prose", prose), *world_script(world="useful").rules],
+                                   default=None)).start()
+    out = tmp_path / "job"
+    try:
+        run_job(world_job_config(out, server.base_url, method="hivemind", budget=26), fast_runtime())
+    finally:
+        server.stop()
+    optimization = read_sealed(out / "optimization.json")
+    steps = [(row["cycle"], row["new_lessons"], row["accepted"], row.get("reason"), row["charged"], "val_ids" in row)
+             for row in optimization["history"]]
+    assert steps == [(1, "", False, "no_new_lessons", 10, False)]  # 26 - 10 = 16 < 18: no second cycle
+    assert optimization["stop_reason"] == "budget" and optimization["budget"]["charged"] == 10
+    assert {r["phase"] for r in read_jsonl(out / "optimization" / "rollouts.jsonl")} == {"train"}
