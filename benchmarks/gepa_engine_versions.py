@@ -52,7 +52,7 @@ def trace(name: str) -> dict[str, Any]:
     from importlib import metadata
 
     from optimizers.journal import read_jsonl, read_sealed
-    from optimizers.protocol.job import run_job
+    from optimizers.protocol.job.engine import run_job
     from scripted_world import fast_runtime, start_world, world_job_config
 
     world, overrides = SCENARIOS[name]

@@ -29,7 +29,7 @@ from typing import Any
 
 from optimizers.hivemind.lessons import LESSONS_HEADER
 from optimizers.journal import read_jsonl, read_sealed
-from optimizers.protocol.job import run_job
+from optimizers.protocol.job.engine import run_job
 from scripted_world import MARKER, fast_runtime, start_world, world_job_config
 
 TRAIN_ORDER = ["builtin_longest_climb", "builtin_travel_time", "builtin_count_prefixed",
