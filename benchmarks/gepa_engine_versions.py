@@ -43,6 +43,9 @@ SCENARIOS: dict[str, tuple[str, dict[str, Any]]] = {
     # every proposal hands the current text back: the no-op path (no child may be evaluated)
     "mamut_single_echo": ("echo", {"method": "mamut_gepa", "budget": 30,
                                    "method_params": {"max_idle_iterations": 3}}),
+    # every proposal reply is empty: no usable proposal, one reflection call each
+    "mamut_single_silent": ("silent", {"method": "mamut_gepa", "budget": 30,
+                                       "method_params": {"max_idle_iterations": 3}}),
 }
 
 
@@ -58,7 +61,7 @@ def trace(name: str) -> dict[str, Any]:
     world, overrides = SCENARIOS[name]
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "job"
-        server = _echo_world() if world == "echo" else start_world(world=world)
+        server = _proposer_world(world) if world in ("echo", "silent") else start_world(world=world)
         try:
             run_job(world_job_config(out, server.base_url, concurrency=1, **overrides), fast_runtime())
         finally:
@@ -91,8 +94,9 @@ def trace(name: str) -> dict[str, Any]:
         }
 
 
-def _echo_world() -> Any:
-    """The useless world whose MAMUT proposer returns the current text unchanged."""
+def _proposer_world(kind: str) -> Any:
+    """The useless world whose MAMUT proposer returns the current text unchanged (``echo``) or
+    an empty reply (``silent``)."""
     from optimizers.mamut_gepa.adapter import read_proposal
     from optimizers.reflection import REFLECTION_SYSTEM
     from scripted_world import world_script
@@ -101,7 +105,7 @@ def _echo_world() -> Any:
     def echo(request: Any) -> str | None:
         if REFLECTION_SYSTEM not in request.system or "Task: mamut_gepa/propose." not in request.system:
             return None
-        return f"BEGIN_PROMPT\n{read_proposal(request.last_user)}\nEND_PROMPT"
+        return f"BEGIN_PROMPT\n{read_proposal(request.last_user)}\nEND_PROMPT" if kind == "echo" else " "
 
     return ScriptedServer(Script([FunctionRule("echo", echo), *world_script(world="useless").rules],
                                  default=None)).start()

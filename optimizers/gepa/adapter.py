@@ -45,6 +45,10 @@ class EngineCancelled(RuntimeError):
     """The job stopped waiting for the engine (cancellation); end the engine thread."""
 
 
+class NoUsableProposal(RuntimeError):
+    """The reflection model's reply was empty, failed or cut off: there is no proposal to read."""
+
+
 class MetricCallCapReached(RuntimeError):
     """A batch would cross a hard metric-call cap: the engine ends here (a stop, not an error)."""
 
@@ -348,7 +352,7 @@ def ask_for_proposal(model: ReflectionModel, bridge: LoopBridge, prompt: str, **
         bridge.watch.fatal = exc
         raise
     if not reply or not reply.strip():
-        raise RuntimeError("the reflection model gave no usable proposal")
+        raise NoUsableProposal("the reflection model gave no usable proposal")
     return reply
 
 

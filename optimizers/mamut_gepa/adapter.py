@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from optimizers.evaluator import Rollout
-from optimizers.gepa.adapter import LcbGEPAAdapter, ask_for_proposal
+from optimizers.gepa.adapter import LcbGEPAAdapter, NoUsableProposal, ask_for_proposal
 from optimizers.reflection import (
     ReflectionModel,
     agents_in_trace,
@@ -66,6 +66,7 @@ class ProposalTally:
     changed: int = 0  # components that got a new text
     unchanged: int = 0  # the model returned the current text: nothing to evaluate
     unreadable: int = 0  # no text between the markers (nor in a fenced block)
+    no_reply: int = 0  # the reflection call gave nothing usable (empty, failed, cut off)
     skipped_proposals: int = 0  # proposals in which no component changed (gepa evaluates nothing)
     by_component: dict[str, dict[str, int]] = field(default_factory=dict)
 
@@ -76,7 +77,7 @@ class ProposalTally:
 
     def as_dict(self) -> dict[str, Any]:
         return {"asked": self.asked, "changed": self.changed, "unchanged": self.unchanged,
-                "unreadable": self.unreadable, "skipped_proposals": self.skipped_proposals,
+                "unreadable": self.unreadable, "no_reply": self.no_reply, "skipped_proposals": self.skipped_proposals,
                 "by_component": {k: dict(v) for k, v in sorted(self.by_component.items())}}
 
 
@@ -211,6 +212,8 @@ class MAMUTAdapter(LcbGEPAAdapter):
                           components_to_update: list[str]) -> dict[str, str]:
         from gepa.strategies.instruction_proposal import InstructionProposalSignature
 
+        if self.watch.fatal is not None:
+            raise self.watch.fatal  # a dead reflection model: ask nothing more (the stopper ends the run)
         new_texts: dict[str, str] = {}
         for key in components_to_update:
             records = list(reflective_dataset.get(key) or ())
@@ -223,8 +226,14 @@ class MAMUTAdapter(LcbGEPAAdapter):
                                                      self.placeholders),
             })
             self.tally.asked += 1
-            reply = ask_for_proposal(self.reflection, self.bridge, str(prompt),
-                                     temperature=self.temperature, top_p=self.top_p)
+            try:
+                reply = ask_for_proposal(self.reflection, self.bridge, str(prompt),
+                                         temperature=self.temperature, top_p=self.top_p)
+            except NoUsableProposal:
+                # This component stays as it is. Handled here rather than raised: gepa 0.1.x
+                # would ask the proposer a second time for a raised proposal.
+                self.tally.note(key, "no_reply")
+                continue
             text = read_proposal(reply)
             if text is None:
                 self.tally.note(key, "unreadable")

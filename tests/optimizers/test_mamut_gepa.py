@@ -335,9 +335,35 @@ def test_the_reference_engine_version_takes_the_same_steps() -> None:
 
     script = Path(__file__).resolve().parents[2] / "benchmarks" / "gepa_engine_versions.py"
     done = subprocess.run([sys.executable, str(script), "--old-gepa", str(OLD_GEPA), "--scenarios",
-                           "mamut_single_useful,mamut_centralized_useful_cap,mamut_single_echo"],
+                           "mamut_single_useful,mamut_centralized_useful_cap,mamut_single_echo,mamut_single_silent"],
                           capture_output=True, text=True, timeout=1200, check=False)
     lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-    assert len(lines) == 3 and {line["old"] for line in lines} == {"0.0.27"}, done.stderr[-2000:]
+    assert len(lines) == 4 and {line["old"] for line in lines} == {"0.0.27"}, done.stderr[-2000:]
     assert all(line["same"] for line in lines), lines
     assert done.returncode == 0
+
+
+def test_a_proposal_call_without_a_usable_reply_is_asked_once(tmp_path: Path) -> None:
+    # An empty (or failed, or cut off) proposal reply leaves the component as it is. gepa 0.1.x
+    # asks a proposer that raises a second time; ours does not raise, so each proposal is one call.
+    from optimizers.reflection import REFLECTION_SYSTEM
+    from topologies.scripted import FunctionRule, Script, ScriptedServer
+
+    def silent(request: Any) -> str | None:
+        if REFLECTION_SYSTEM in request.system and f"Task: {METHOD}/propose." in request.system:
+            return " "
+        return None
+
+    server = ScriptedServer(Script([FunctionRule("silent", silent), *world_script(world="useful").rules],
+                                   default=None)).start()
+    out = tmp_path / "job"
+    try:
+        run_job(world_job_config(out, server.base_url, method=METHOD, budget=30, concurrency=1,
+                                 method_params={"max_idle_iterations": 3}), fast_runtime())
+        calls = sum(1 for r in server.requests if r.rule == "silent")
+    finally:
+        server.stop()
+    optimization = read_sealed(out / "optimization.json")
+    outcomes = optimization["metadata"]["proposal_outcomes"]
+    assert outcomes["asked"] == outcomes["no_reply"] == outcomes["skipped_proposals"] == calls == 5
+    assert optimization["metadata"]["candidates"] == 1 and optimization["budget"]["charged"] == 10
