@@ -324,6 +324,8 @@ class Job:
         except OptimizerInfrastructureError as exc:
             await evaluator.drain()
             status, failure_kind, error = "failed", "infrastructure_invalid", str(exc)[:2000]
+            # One line, also in quiet runs: the job goes on (seed deployed), but says why.
+            print(f"warning: optimization failed: {' '.join(error.split())}", file=sys.stderr, flush=True)
             result = OptimizationResult(best=self.seed_candidate, stop_reason="infrastructure_failure")
         except JobError:
             raise
@@ -560,6 +562,7 @@ class Job:
             "optimization": {
                 "status": optimization["status"],
                 "failure_kind": optimization["failure_kind"],
+                "error": optimization.get("error"),  # the cause when the optimization failed
                 "stop_reason": optimization["stop_reason"],
                 "budget": {
                     "maximum": budget["maximum"],
