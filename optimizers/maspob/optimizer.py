@@ -19,6 +19,7 @@ paid twice), retrains the surrogate once and carries on. The network is never pi
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import random
 import time
 from collections.abc import Mapping, Sequence
@@ -109,17 +110,24 @@ class Pull:
     score: float
     candidate_id: str
     sweep: tuple[Mapping[str, Any], ...] = ()
+    # The incumbent after this pull (None during the warm-up, before the surrogate exists).
+    incumbent: Combination | None = None
+    incumbent_mean: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"number": self.number, "kind": self.kind, "combination": list(self.combination),
                 "batch": [list(b) for b in self.batch], "score": self.score, "candidate_id": self.candidate_id,
-                "sweep": [dict(s) for s in self.sweep]}
+                "sweep": [dict(s) for s in self.sweep],
+                "incumbent": None if self.incumbent is None else list(self.incumbent),
+                "incumbent_mean": self.incumbent_mean}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Pull:
+        incumbent = data.get("incumbent")
         return cls(int(data["number"]), str(data["kind"]), tuple(int(i) for i in data["combination"]),
                    tuple((str(p), int(s)) for p, s in data["batch"]), float(data["score"]),
-                   str(data["candidate_id"]), tuple(data.get("sweep") or ()))
+                   str(data["candidate_id"]), tuple(data.get("sweep") or ()),
+                   None if incumbent is None else tuple(int(i) for i in incumbent), data.get("incumbent_mean"))
 
 
 class MinibatchStream:
@@ -315,12 +323,26 @@ class _Run:
         if pull.sweep:
             row["sweep"] = [dict(s) for s in pull.sweep]
         self.history.append(row)
+        if pull.incumbent is not None:
+            self._annotate(row, pull)
         self.ctx.tracker.log(row["charged"], {"maspob/pull": pull.number, "maspob/score": pull.score,
                                               "maspob/fit_seconds": round(self.search.fit_log.seconds, 3)})
+        self._save_state()
+
+    def _save_state(self) -> None:
+        assert self.search is not None
         self.ctx.save_state(STATE_NAME, {"identity": self._state_identity(),
                                          "pulls": [q.to_json() for q in self.pulls],
                                          "fisher": self.search.fisher.to_json()})
         self._save_timing()
+
+    def _annotate(self, row: dict[str, Any], pull: Pull) -> None:
+        """The pull's history row says what the incumbent became, and whether it is this pull's
+        combination (the pull was *accepted*)."""
+        assert pull.incumbent is not None
+        row["incumbent"] = self._named(pull.incumbent)
+        row["incumbent_posterior_mean"] = pull.incumbent_mean
+        row["accepted"] = pull.incumbent == pull.combination
 
     def _commit(self) -> None:
         """Commit the incumbent to the learning curve when it changed (spec 1.13). It exists once
@@ -331,9 +353,14 @@ class _Run:
             return
         combination, mean = self.search.incumbent()
         key = (combination, round(mean, 6))
+        last = self.pulls[-1]
+        if (last.incumbent, last.incumbent_mean) != key:  # a resumed job has it from the state already
+            self.pulls[-1] = last = dataclasses.replace(last, incumbent=combination, incumbent_mean=key[1])
+            self._annotate(self.history[-1], last)
+            self._save_state()
         if key != self._committed:
             self._committed = key
-            self.ctx.commit_incumbent(self.candidate(combination), round(mean, 6))
+            self.ctx.commit_incumbent(self.candidate(combination), key[1])
 
     def _state_identity(self) -> dict[str, Any]:
         assert self.pool is not None
