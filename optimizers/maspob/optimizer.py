@@ -57,6 +57,7 @@ class MASPOBParams:
     reflection_inflight: int = 4
     min_prompt_chars: int = 40
     max_length_ratio: float = 4.0
+    max_length_floor: int = 2000
     embed_max_seq: int = 512
     seed: int = 42  # method seed = seed + seed_stride * job seed
     seed_stride: int = 1000
@@ -96,7 +97,7 @@ class MASPOBParams:
                             temperature=self.generation_temperature, attempts=self.variant_attempts,
                             retry_feedback=self.retry_feedback, probe_styles=self.probe_styles,
                             concurrency=self.reflection_inflight, min_chars=self.min_prompt_chars,
-                            max_length_ratio=self.max_length_ratio)
+                            max_length_ratio=self.max_length_ratio, max_length_floor=self.max_length_floor)
 
 
 @dataclass(frozen=True, slots=True)

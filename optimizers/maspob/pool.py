@@ -4,7 +4,7 @@ The styles and the meta-prompt follow upstream MASPOB (``optimizers.maspob.style
 wording). Every variant must keep the seed's *interface* (``InterfaceManifest``): its
 placeholders, ``delegate_to_*`` names, XML-ish tags and code-fence languages exactly, and every
 role name, tool or other snake_case identifier and backticked identifier the seed mentions; its
-length must lie in ``[min_chars, max_length_ratio x seed]``, and it must not merely repeat the
+length must lie in ``[min_chars, max_length_ratio x max(max_length_floor, seed)]``, and it must not repeat the
 seed. A style gets ``attempts`` tries (the same ask again, as the reference; ``retry_feedback``
 adds what the last try broke), then it is dropped, as is a duplicate of an earlier variant; the
 pool over-generates styles (``overgeneration``) so drops can be made up. A role still short of
@@ -180,6 +180,10 @@ class PoolSettings:
     concurrency: int = 4
     min_chars: int = 40
     max_length_ratio: float = 4.0
+    max_length_floor: int = 2000  # the reference caps at ratio x max(floor, seed length)
+
+    def max_chars(self, seed: str) -> int:
+        return int(self.max_length_ratio * max(self.max_length_floor, len(seed)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -361,7 +365,7 @@ class PoolBuilder:
 
     async def _variant(self, fill: _RoleFill, style: Style) -> SlotOutcome:
         s = self.settings
-        max_chars = int(s.max_length_ratio * len(fill.seed))
+        max_chars = s.max_chars(fill.seed)
         prompt = TEMPLATE.format(role=fill.role, team=self.team, protocol=self.protocol, style=style.name,
                                  style_text=style.text, interface=fill.manifest.describe(), min_chars=s.min_chars,
                                  max_chars=max_chars, begin=BEGIN, end=END, seed=fill.seed)
