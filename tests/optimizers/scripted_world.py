@@ -158,7 +158,8 @@ def maspob_variant(prompt: str, *, useful: bool, marked: tuple[str | None, str] 
     if reply == "echo":
         return f"BEGIN PROMPT\n{seed.group(1)}\nEND PROMPT"
     if reply == "break":
-        return f"BEGIN PROMPT\nYou are a helpful assistant. Solve the problem in the {style.group(1)} style.\nEND PROMPT"
+        plain = f"You are a helpful assistant. Solve the problem in the {style.group(1)} style."
+        return f"BEGIN PROMPT\n{plain}\nEND PROMPT"
     extra = f"Work in a {style.group(1)} way."
     want_role, want_style = marked
     if useful and style.group(1) == want_style and want_role in (None, role.group(1)):

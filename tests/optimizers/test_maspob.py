@@ -206,7 +206,7 @@ class _CannotWrite:
         seed = messages[-1]["content"].split("BEGIN PROMPT\n", 1)[1].split("\nEND PROMPT", 1)[0]
         text = {"refused": "I'm sorry, I can't help with rewriting prompts.",
                 "echoed": f"BEGIN PROMPT\n{seed}\nEND PROMPT",
-                "broke_interface": "BEGIN PROMPT\nYou are a helpful assistant who writes good code.\nEND PROMPT"}[self.kind]
+                "broke_interface": "BEGIN PROMPT\nYou are a helpful assistant who codes well.\nEND PROMPT"}[self.kind]
 
         class Message:
             content = text
@@ -241,7 +241,8 @@ def test_a_model_that_cannot_write_variants_is_stopped_after_the_probe(tmp_path:
     assert "\n" not in message and f"(cause: {kind})" in message and "in 18 of 18 tries" in message
     assert "role(s) manager, coder_worker from their first 3 styles; stopped after 18 reflection calls" in message
     unprobed = build(PoolSettings(probe_styles=0), tmp_path / "no-probe")
-    assert not isinstance(unprobed.error, ReflectionCannotWrite) and unprobed.calls == 2 * 29 * 3  # type: ignore[attr-defined]
+    assert not isinstance(unprobed.error, ReflectionCannotWrite)  # type: ignore[attr-defined]
+    assert unprobed.calls == 2 * 29 * 3
 
 
 def test_variant_extraction_needs_the_block() -> None:
@@ -427,8 +428,8 @@ def test_gatv2_has_the_upstream_workflow_gat_layers() -> None:
     assert isinstance(conv, GATv2Conv) and conv.heads == 4 and conv.concat and conv.dropout == 0.05
     assert conv.add_self_loops
     assert model.encoder[2].p == 0.05 and model.head[2].p == 0.05
-    assert all(float(b.detach().abs().sum()) == 0 for b in (model.encoder[0].bias, model.encoder[3].bias, model.head[0].bias,
-                                                   model.head[3].bias))  # upstream zero-initializes them
+    biases = (model.encoder[0].bias, model.encoder[3].bias, model.head[0].bias, model.head[3].bias)
+    assert all(float(b.detach().abs().sum()) == 0 for b in biases)  # upstream zero-initializes them
     # Two layers: the second takes the concatenated heads and averages its own (upstream's concat rule).
     deeper = network(384, GNNSettings(layers=2))
     assert tuple(deeper.convs[1].lin_l.weight.shape) == (128, 128) and not deeper.convs[1].concat
