@@ -406,12 +406,13 @@ def test_gatv2_has_the_upstream_workflow_gat_layers() -> None:
     GATv2 32 -> 4 x 32 concatenated with attention dropout, ReLU, mean over nodes, head
     128 -> 32 -> 1 (ReLU, dropout, sigmoid)."""
     import torch
-    from torch_geometric.nn import GATv2Conv
 
     from optimizers.maspob.surrogate import GNNSettings, network
 
     torch.manual_seed(0)
-    model = network(384, GNNSettings())
+    model = network(384, GNNSettings())  # imports torch-geometric quietly
+    from torch_geometric.nn import GATv2Conv
+
     shapes = {name: tuple(p.shape) for name, p in model.named_parameters()}
     assert shapes == {
         "encoder.0.weight": (48, 384), "encoder.0.bias": (48,),
