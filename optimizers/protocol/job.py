@@ -324,8 +324,6 @@ class Job:
         except OptimizerInfrastructureError as exc:
             await evaluator.drain()
             status, failure_kind, error = "failed", "infrastructure_invalid", str(exc)[:2000]
-            # One line, also in quiet runs: the job goes on (seed deployed), but says why.
-            print(f"warning: optimization failed: {' '.join(error.split())}", file=sys.stderr, flush=True)
             result = OptimizationResult(best=self.seed_candidate, stop_reason="infrastructure_failure")
         except JobError:
             raise
@@ -338,6 +336,9 @@ class Job:
         finally:
             if bar is not None:
                 bar.close()
+        if error is not None:
+            # One line, also in quiet runs (after the bar): the job goes on with the seed, and says why.
+            print(f"warning: optimization failed: {' '.join(error.split())}", file=sys.stderr, flush=True)
         self._check_result(result, budget)
         snapshot = budget.snapshot()
         evaluator.note_candidate(result.best)
