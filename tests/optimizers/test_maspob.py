@@ -37,7 +37,7 @@ from optimizers.maspob.pool import (
     pool_identity,
 )
 from optimizers.maspob.styles import DIMENSIONS, PRESETS, style_sequence
-from optimizers.protocol.job import run_job
+from optimizers.protocol.job.engine import run_job
 from optimizers.reflection import ReflectionModel
 from scripted_world import MARKER, REFLECTION_ID, REPO, fast_runtime, run_cli, start_world, world_job_config
 
