@@ -9,13 +9,20 @@ read once from the seed's first transcripts:
 - a ``manager`` role -> ``star``: the manager first, an edge manager -> each worker;
 - otherwise -> ``chain`` in the order the roles first speak (roles that never spoke go last,
   by name), an edge from each stage to the next.
+
+It is also the methods' one window on the teams' own layouts (``topologies.teams``): the roster a
+masked run acts on (``TeamRoster``) and the acting order of a sequential layout
+(``sequential_role_order``). A method imports team structure from here, never from ``topologies``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from topologies.teams.layouts import ROLE_TEAM_SIZES, LayoutError, role_names
+from topologies.types import TeamRoster  # re-exported: the roster methods' masks act on
 
 HUB_ROLE = "manager"
 KINDS = ("shared", "star", "chain")
@@ -136,3 +143,17 @@ def role_output(trace: Sequence[Mapping[str, Any]], role: str, *, limit: int = 3
             suffix = f"\n[calls tools: {', '.join(map(str, calls))}]" if calls else ""
             parts.append(f"{message.get('content', '')}{suffix}")
     return clip("\n\n".join(parts), limit)
+
+
+def sequential_role_order(roles: Iterable[str]) -> tuple[str, ...] | None:
+    """The acting order of the sequential layout whose roles are exactly ``roles``; None if no
+    sequential team has that role set."""
+    wanted = frozenset(roles)
+    for size in ROLE_TEAM_SIZES:
+        try:
+            names = role_names("sequential", size)
+        except LayoutError:
+            continue
+        if frozenset(names) == wanted:
+            return tuple(names)
+    return None

@@ -1,4 +1,5 @@
-"""The project's import graph: every module imports, and no module reaches itself through imports.
+"""The project's import graph: every module imports, no module reaches itself through imports, and
+every room imports only what its rule allows (docs/architecture.md).
 
 The graph is read from the source (every ``import``, also inside functions: a lazy import is still
 a dependency, it only moves the moment it bites), so a cycle is found even where Python would
@@ -102,6 +103,65 @@ def cycles(graph: Mapping[str, set[str]]) -> list[list[str]]:
     return found
 
 
+# --------------------------------------------------------------------------- the rule of each room
+# Floors: lcb <- topologies <- optimizers (nothing points up). Inside optimizers: the core (its
+# top-level modules) <- the methods (one package each, the core only: team structure comes through
+# optimizers.team_graph) and the protocol's rooms, each importing only the rooms below it.
+PROTOCOL = "optimizers.protocol"
+METHODS_EXTEND = {"mamut_gepa": {"gepa"}}  # a method built on another may import it
+ROOM_RULES: dict[str, set[str]] = {
+    "lcb": {"lcb"},
+    "topologies": {"lcb", "topologies"},
+    "core": {"lcb", "topologies", "core"},
+    "protocol": {"protocol"},
+    "protocol.grid": {"lcb", "topologies", "core", "protocol", "protocol.grid"},
+    "protocol.job": {"lcb", "topologies", "core", "protocol", "protocol.grid", "protocol.job"},
+    "protocol.aggregate": {"core", "protocol", "protocol.grid", "protocol.aggregate"},
+    "protocol.report": {"lcb", "core", "protocol", "protocol.grid", "protocol.aggregate", "protocol.report"},
+    "protocol.run": {"lcb", "topologies", "core", "protocol", "protocol.grid", "protocol.job",
+                     "protocol.aggregate", "protocol.report", "protocol.run"},
+}
+# Doors are run by people (python -m ...), never imported: they may open any room.
+DOORS = {f"{PROTOCOL}.grid.cli"}
+METHOD_PACKAGES = frozenset(
+    p.name for p in (REPO / "optimizers").iterdir() if (p / "__init__.py").is_file() and p.name != "protocol"
+)
+
+
+def room_of(module: str) -> str | None:
+    """The room whose rule applies to ``module`` (None: a door, or a package outside the rules)."""
+    parts = module.split(".")
+    if parts[-1] == "__main__" or module in DOORS or parts[0] == "hydra_plugins":
+        return None
+    if parts[0] != "optimizers":
+        return parts[0]
+    if len(parts) == 1:
+        return "core"
+    if parts[1] == "protocol":
+        return "protocol" if len(parts) == 2 else f"protocol.{parts[2]}"
+    return f"method.{parts[1]}" if parts[1] in METHOD_PACKAGES else "core"
+
+
+def allowed(room: str) -> set[str]:
+    if room.startswith("method."):
+        name = room.split(".", 1)[1]
+        return {"core", room, *(f"method.{other}" for other in METHODS_EXTEND.get(name, ()))}
+    return ROOM_RULES[room]
+
+
+def violations(graph: Mapping[str, set[str]]) -> list[str]:
+    found = []
+    for module, targets in sorted(graph.items()):
+        room = room_of(module)
+        if room is None:
+            continue
+        for target in sorted(targets):
+            target_room = room_of(target) or "a door"
+            if target_room not in allowed(room):
+                found.append(f"{module} ({room}) imports {target} ({target_room})")
+    return found
+
+
 MODULES = project_modules()
 GRAPH = import_graph(MODULES)
 
@@ -126,3 +186,26 @@ def test_cycle_finder_finds_a_lazy_cycle(tmp_path: Path) -> None:
     graph = import_graph(project_modules(tmp_path))
     assert graph["optimizers.leaf"] == {"optimizers.plots"}
     assert cycles(graph) == [["optimizers.panels", "optimizers.plots"]]
+
+
+def test_every_room_imports_only_what_its_rule_allows() -> None:
+    assert violations(GRAPH) == []
+
+
+def test_room_rules_catch_a_method_reaching_into_the_teams_and_a_room_reaching_up() -> None:
+    """Positive control: the edges issue 23 removed, and a report module importing the app."""
+    graph = {
+        "optimizers.maspob.graph": {"topologies.teams.layouts", "optimizers.team_graph"},
+        "optimizers.hivemind.game": {"topologies.types"},
+        "optimizers.protocol.report.plots": {"optimizers.protocol.run.app", "optimizers.protocol.report.canvas"},
+        "optimizers.protocol.job.engine": {"optimizers.protocol.grid.cli"},
+        "optimizers.protocol.grid.cli": {"optimizers.protocol.run.app"},  # a door: allowed
+        "topologies.models": {"optimizers.base"},
+    }
+    assert violations(graph) == [
+        "optimizers.hivemind.game (method.hivemind) imports topologies.types (topologies)",
+        "optimizers.maspob.graph (method.maspob) imports topologies.teams.layouts (topologies)",
+        "optimizers.protocol.job.engine (protocol.job) imports optimizers.protocol.grid.cli (a door)",
+        "optimizers.protocol.report.plots (protocol.report) imports optimizers.protocol.run.app (protocol.run)",
+        "topologies.models (topologies) imports optimizers.base (core)",
+    ]

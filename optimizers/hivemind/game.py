@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from optimizers.hivemind.shapley import Coalition
-from topologies.types import TeamRoster
+from optimizers.team_graph import TeamRoster
 
 
 class MaskMismatch(RuntimeError):

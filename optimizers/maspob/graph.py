@@ -6,7 +6,7 @@
 - any other role set: the roles in sorted order with no edges (each node still sees itself).
 
 Edges are stored in both directions; the surrogate adds self loops. The layouts come from
-``topologies.teams.layouts``, which is plain data (no LangGraph).
+``optimizers.team_graph`` (the core's window on the teams' layouts).
 """
 
 from __future__ import annotations
@@ -36,16 +36,9 @@ def _both_ways(pairs: Iterable[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
 
 
 def _sequential_order(roles: frozenset[str]) -> tuple[str, ...] | None:
-    from topologies.teams.layouts import ROLE_TEAM_SIZES, LayoutError, role_names
+    from optimizers.team_graph import sequential_role_order
 
-    for size in ROLE_TEAM_SIZES:
-        try:
-            names = role_names("sequential", size)
-        except LayoutError:
-            continue
-        if frozenset(names) == roles:
-            return tuple(names)
-    return None
+    return sequential_role_order(roles)
 
 
 def team_graph(roles: Iterable[str]) -> TeamGraph:

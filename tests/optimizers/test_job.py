@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from job_support import SOLVE_ALL, fast_runtime, job_config
+from job_support import SOLVE_ALL, fast_runtime, job_config, without_keys
 from optimizers.journal import read_jsonl, read_sealed
 from optimizers.protocol.job.errors import JobError, JobMismatch, PhaseOrderError
 from optimizers.protocol.job.engine import Job, run_job, summary_line
@@ -19,12 +19,7 @@ VOLATILE = {"sha256", "elapsed_seconds"}
 
 
 def stable(value: Any) -> Any:
-    """A record without timings and seals (which legitimately differ between runs)."""
-    if isinstance(value, dict):
-        return {k: stable(v) for k, v in value.items() if k not in VOLATILE}
-    if isinstance(value, list):
-        return [stable(v) for v in value]
-    return value
+    return without_keys(value, VOLATILE)
 
 
 def charged_attempt_keys(out: Path) -> list[tuple[str, str, str, int]]:

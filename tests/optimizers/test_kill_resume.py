@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from job_support import team_script
+from job_support import team_script, without_keys
 from optimizers.journal import read_jsonl, read_sealed
 
 ENTRY = Path(__file__).resolve().parent / "job_entry.py"
@@ -26,11 +26,7 @@ VOLATILE = {"sha256", "elapsed_seconds", "optimization_sha256"}
 
 
 def stable(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: stable(v) for k, v in value.items() if k not in VOLATILE}
-    if isinstance(value, list):
-        return [stable(v) for v in value]
-    return value
+    return without_keys(value, VOLATILE)
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ import yaml
 from optimizers.protocol.grid import cells
 from optimizers.protocol.grid import cli as grid
 from optimizers.protocol.grid.config import JobConfig
-from optimizers.protocol.run.hydra_config import ConfigError, job_config
+from optimizers.protocol.run.hydra_config import ConfigError, check_job, job_config
 from optimizers.protocol.run.app import UsageError, to_overrides
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
@@ -252,3 +252,37 @@ def test_selection_rule_and_force_resume_come_from_flags_or_overrides() -> None:
         compose_job(["method=gepa", "topology=centralized", "seed=0", "selection.mode=sideways"])
     with pytest.raises(ConfigError, match="selection.size must be >= 1"):
         compose_job(["method=gepa", "topology=centralized", "seed=0", "selection.mode=heldout", "selection.size=0"])
+
+
+def test_selection_is_a_config_group() -> None:
+    assert options("selection") == ["heldout", "val"]
+    held = compose_job(["method=gepa", "topology=centralized", "seed=0", "selection=heldout"])
+    assert (held.selection, held.selection_size) == ("heldout", 25)
+    sized = compose_job(["method=gepa", "topology=centralized", "seed=0", "selection=heldout", "selection.size=7"])
+    assert (sized.selection, sized.selection_size) == ("heldout", 7)
+    assert compose_job(["method=gepa", "topology=centralized", "seed=0", "selection=val"]).selection == "val"
+    with pytest.raises(UsageError, match="unknown selection 'sideways'; available: heldout, val"):
+        to_overrides(["method=gepa", "topology=centralized", "seed=0", "selection=sideways"])
+
+
+def test_the_old_selection_spelling_still_works_with_one_notice(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["--method", "gepa", "--topology", "centralized", "--seed", "0"]
+    new = from_argv([*argv, "selection=heldout", "selection.size=9"])
+    assert capsys.readouterr().err == ""
+    old = from_argv([*argv, "selection.mode=heldout", "selection.size=9"])
+    assert old == new
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("note: selection.mode=heldout is deprecated")
+    assert "write selection=heldout" in err
+    # A sweep over the old key becomes a sweep over the group.
+    assert to_overrides(["selection.mode=val,heldout"]) == ["selection=val,heldout"]
+
+
+def test_check_job_judges_the_standing_the_app_computed_once() -> None:
+    job = compose_job([*BASE, "data=builtin"])
+    standing = cells.conformance(job)
+    assert standing.in_grid and standing.why_not_in_grid == ""
+    check_job(job, standing)
+    off = dataclasses.replace(standing, in_grid=False, reasons=("the caller's reason",))
+    with pytest.raises(ConfigError, match="^the caller's reason; pass --allow-any-cell"):
+        check_job(job, off)  # the given record is used, not recomputed

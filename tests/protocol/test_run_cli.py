@@ -125,6 +125,7 @@ def test_help_and_cfg_are_answered_without_running(tmp_path: Path) -> None:
     assert proc.returncode == 0 and "Flag form" in proc.stdout
     (methods,) = [line for line in proc.stdout.splitlines() if line.startswith("method: ")]
     assert "identity" in methods
+    assert "selection: heldout, val" in proc.stdout.splitlines()  # modes are config groups
     proc = run_app("--method", "identity", "--topology", "decentralized_r2", "--seed", "1", "--cfg", "job",
                    cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr

@@ -297,6 +297,11 @@ class Conformance:
     tables: tuple[str, ...]
     reasons: tuple[str, ...]
 
+    @property
+    def why_not_in_grid(self) -> str:
+        """Why the job is off the grid ("" when it is in it): the first reason, as grid_membership says."""
+        return "" if self.in_grid else self.reasons[0]
+
 
 def default_max_turns(team_size: int) -> int:
     """The centralized manager's turn budget at a team size (13 for two agents, 26 otherwise)."""

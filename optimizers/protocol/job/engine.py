@@ -30,6 +30,7 @@ from optimizers.budget import Budget
 from optimizers.candidate import Candidate
 from optimizers.evaluator import MODE_OPTIMIZE, BudgetedEvaluator, Rollout
 from optimizers.journal import canonical_json, read_jsonl, short_hash
+from optimizers.protocol.grid.cells import Conformance
 from optimizers.protocol.grid.config import JobConfig
 from optimizers.protocol.job.errors import JobError, PhaseOrderError
 from optimizers.protocol.job.evaluation import Evaluation, EvaluationCache
@@ -58,6 +59,7 @@ class JobRuntime:
 
     tracker: Tracker | None = None  # extra tracker (e.g. W&B) next to the always-on JSONL one
     in_grid: bool | None = None  # None: from the grid definition (optimizers.protocol.grid.cells)
+    standing: Conformance | None = None  # the app's cells.conformance(cfg), computed once; None: here
     retry_delay_s: float = 0.5  # pause before an infrastructure retry (times the attempt number)
     client_max_retries: int | None = None  # transport retries inside the model client
     client_backoff_s: float | None = None
@@ -95,6 +97,7 @@ class Job:
             seed_candidate=self.seed_candidate,
             split_ids=self.split_ids,
             override_in_grid=self.runtime.in_grid,
+            standing=self.runtime.standing,
         )
         self.job_id, self.cell_id = self.identity.job_id, self.identity.cell_id
         self.condition_id, self.cell = self.identity.condition_id, self.identity.cell
@@ -336,6 +339,9 @@ class Job:
         finally:
             if bar is not None:
                 bar.close()
+        if error is not None:
+            # One line, also in quiet runs (after the bar): the job goes on with the seed, and says why.
+            print(f"warning: optimization failed: {' '.join(error.split())}", file=sys.stderr, flush=True)
         self._check_result(result, budget)
         snapshot = budget.snapshot()
         evaluator.note_candidate(result.best)
@@ -560,6 +566,7 @@ class Job:
             "optimization": {
                 "status": optimization["status"],
                 "failure_kind": optimization["failure_kind"],
+                "error": optimization.get("error"),  # the cause when the optimization failed
                 "stop_reason": optimization["stop_reason"],
                 "budget": {
                     "maximum": budget["maximum"],

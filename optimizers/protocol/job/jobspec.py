@@ -12,7 +12,7 @@ import subprocess
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from optimizers.candidate import Candidate
 from optimizers.journal import canonical_json, short_hash
@@ -21,6 +21,9 @@ from optimizers.protocol.job.errors import JobError
 from optimizers.protocol.job.splits import SplitIds
 from optimizers.registry import MethodUnavailable, UnknownMethod, get_optimizer_class
 from topologies.types import TeamSpec
+
+if TYPE_CHECKING:
+    from optimizers.protocol.grid.cells import Conformance
 
 PROTOCOL_ID = "lcb-grid-protocol/v1"
 SCORER_ID = "lcb.grading/hidden-tests"
@@ -85,13 +88,15 @@ def validate_config(cfg: JobConfig) -> None:
         raise JobError(str(exc)) from None
 
 
-def grid_standing(cfg: JobConfig, override_in_grid: bool | None = None) -> tuple[bool | None, bool, tuple[str, ...]]:
-    """(in grid, conformant, reasons) from the grid definition; the app enforces ``allow_any_cell``."""
+def grid_standing(cfg: JobConfig, override_in_grid: bool | None = None,
+                  standing: Conformance | None = None) -> tuple[bool | None, bool, tuple[str, ...]]:
+    """(in grid, conformant, reasons) from the grid definition (or the app's ``cells.Conformance``
+    of this config, when it computed one); the app enforces ``allow_any_cell``."""
     try:
         from optimizers.protocol.grid import cells
     except ImportError:
         return override_in_grid, False, ("the grid definition is not available",)
-    standing = cells.conformance(cfg)
+    standing = standing or cells.conformance(cfg)
     in_grid = standing.in_grid if override_in_grid is None else override_in_grid
     return in_grid, bool(standing.conformant and in_grid), tuple(standing.reasons)
 
@@ -123,12 +128,13 @@ class JobIdentity:
         seed_candidate: Candidate,
         split_ids: SplitIds,
         override_in_grid: bool | None = None,
+        standing: Conformance | None = None,
     ) -> JobIdentity:
         condition = _condition(cfg, base_spec, split_ids)
         condition_id = short_hash(condition, 24)
         spec = _spec(cfg, base_spec, seed_candidate, split_ids, condition_id)
         cell = _cell(cfg, base_spec)
-        in_grid, conformant, reasons = grid_standing(cfg, override_in_grid)
+        in_grid, conformant, reasons = grid_standing(cfg, override_in_grid, standing)
         return cls(condition, condition_id, spec, short_hash(spec, 24), cell, short_hash(cell, 24),
                    in_grid, conformant, reasons)
 

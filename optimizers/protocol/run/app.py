@@ -88,7 +88,7 @@ FLAGS: dict[str, Flag] = {
     "--tracker": Flag("tracker"),
     "--experiment": Flag("experiment"),
     "--force-resume": Flag("force_resume", "bool"),
-    "--selection": Flag("selection.mode"),
+    "--selection": Flag("selection"),
     "--selection-size": Flag("selection.size"),
 }
 
@@ -100,7 +100,7 @@ HYDRA_OPTIONS = frozenset({
 })
 
 # Config groups whose options are files under conf/ (checked before Hydra composes anything).
-GROUPS = ("method", "topology", "communication", "model", "tracker", "experiment")
+GROUPS = ("method", "topology", "communication", "model", "tracker", "selection", "experiment")
 _PLAIN_VALUE = re.compile(r"^[\w.\-/:@+~%]*$")
 
 
@@ -269,8 +269,28 @@ def check_topology_knobs(overrides: Sequence[str]) -> None:
             raise UsageError(f"{knob} does not apply to the {found[1]} team (its settings: {', '.join(sorted(knobs))})")
 
 
+# Old spellings still accepted for one release: key -> the config group that replaced it.
+DEPRECATED_KEYS: dict[str, str] = {"selection.mode": "selection"}
+
+
+def replace_deprecated(overrides: Sequence[str]) -> list[str]:
+    """``selection.mode=heldout`` -> ``selection=heldout``, with a one-line notice on stderr."""
+    result = []
+    for text in overrides:
+        parts = _split_override(text)
+        group = DEPRECATED_KEYS.get(parts[0]) if parts else None
+        if group is None:
+            result.append(text)
+            continue
+        assert parts is not None
+        result.append(f"{group}={parts[1]}")
+        sys.stderr.write(f"note: {text} is deprecated and will stop working; write {group}={parts[1]} "
+                         f"({group} is a config group: {', '.join(_group_options(group))})\n")
+    return result
+
+
 def to_overrides(argv: Sequence[str]) -> list[str]:
-    overrides = flags_to_overrides(argv)
+    overrides = replace_deprecated(flags_to_overrides(argv))
     overrides = resolve_registry_key(overrides)
     overrides = resolve_model_id(overrides)
     check_group_choices(overrides)
@@ -410,11 +430,13 @@ def run_task(cfg: Any) -> dict[str, Any]:
         job = job_config(cfg)
         if multirun and cfg.get("out") is not None:
             raise ConfigError("out= names one job folder; a sweep places its jobs under runs_root=")
-        in_grid, _, why = cells.grid_membership(job)
-        if multirun and not in_grid and not job.allow_any_cell:
+        # The job's grid cell and conformance, once: the checks and the engine reuse this record.
+        standing = cells.conformance(job)
+        if multirun and not standing.in_grid and not job.allow_any_cell:
+            why = standing.why_not_in_grid
             sys.stderr.write(f"skip: {label}: {why} (allow_any_cell=true runs it)\n")
             return {"status": "skipped", "reason": why}
-        check_job(job)
+        check_job(job, standing)
     except ConfigError as exc:
         return _refuse(str(exc), multirun, label)
 
@@ -435,7 +457,7 @@ def run_task(cfg: Any) -> dict[str, Any]:
     status = "failed"
     try:
         _write_config(cfg, job.out)  # a resumed job's folder exists already
-        result = run_job(job, JobRuntime(tracker=tracker))
+        result = run_job(job, JobRuntime(tracker=tracker, standing=standing))
         status = "completed"
     except JobError as exc:
         return _refuse(str(exc), multirun, label)

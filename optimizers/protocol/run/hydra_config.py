@@ -298,13 +298,15 @@ def job_config_from_dict(raw: Mapping[str, Any]) -> JobConfig:
     )
 
 
-def check_job(job: JobConfig) -> None:
-    """Everything that can be refused before the job folder is created (``ConfigError``)."""
+def check_job(job: JobConfig, standing: cells.Conformance | None = None) -> None:
+    """Everything that can be refused before the job folder is created (``ConfigError``).
+    ``standing``: the job's conformance when the caller computed it already."""
     _check_method(job.method)
     _check_method_params(job.method, job.method_params)
-    in_grid, _, why = cells.grid_membership(job)
-    if not in_grid and not job.allow_any_cell:
-        raise ConfigError(f"{why}; pass --allow-any-cell (allow_any_cell=true) to run it, non-conformant")
+    standing = standing or cells.conformance(job)
+    if not standing.in_grid and not job.allow_any_cell:
+        raise ConfigError(f"{standing.why_not_in_grid}; pass --allow-any-cell (allow_any_cell=true) to run it, "
+                          "non-conformant")
     _check_data(job)
     if job.out.exists() and not job.out.is_dir():
         raise ConfigError(f"out {job.out} exists and is not a folder")
