@@ -47,10 +47,7 @@ def test_identity_regret_is_the_seed_regret(results: list[dict]) -> None:
 
 # Deterministic (everything is seeded), so a known failure is strict: when the method changes
 # and passes, this list must shrink.
-KNOWN_FAILURES = {
-    "hivemind": "accepts a lesson on a 5-problem acceptance batch (0.8 vs 0.6) that carries a "
-                "distractor: the optimal seed drops from 0.73 to 0.52 expected success (seed 0)",
-}
+KNOWN_FAILURES: dict[str, str] = {}  # method -> why it still fails (none since HiveMind's acceptance fix)
 
 
 @pytest.mark.parametrize("method", [
