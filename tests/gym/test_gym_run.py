@@ -47,7 +47,7 @@ def test_identity_regret_is_the_seed_regret(results: list[dict]) -> None:
 
 # Deterministic (everything is seeded), so a known failure is strict: when the method changes
 # and passes, this list must shrink.
-KNOWN_FAILURES: dict[str, str] = {}  # method -> why it still fails (none since HiveMind's acceptance fix)
+KNOWN_FAILURES: dict[str, str] = {}  # method -> why it fails (HiveMind 1 did; HiveMind 2 passes)
 
 
 @pytest.mark.parametrize("method", [
