@@ -367,3 +367,51 @@ def test_mapro_uses_cut_probe_and_judge_replies(tmp_path: Path) -> None:
             surfaces[kind].append(request.body.get("chat_template_kwargs"))
     assert surfaces["judge"] and all(k == {"enable_thinking": False} for k in surfaces["judge"] + surfaces["probe"])
     assert surfaces["team"] and all(k is None for k in surfaces["team"])
+
+
+# ------------------------------------------------------------------------------------------------
+# Probe contexts per topology, judge parsing, thinking off
+
+
+def test_probe_contexts_follow_the_topology() -> None:
+    from optimizers.mapro.contexts import NO_DELEGATION, probe_context
+    from optimizers.team_graph import TeamGraph
+
+    chain_trace = [_m("system", "system", "SYS"), _m("user", "user", "THE TASK"), _m("analyzer", "ai", "plan A"),
+                   _m("coder", "ai", "code B"), _m("tester", "ai", "test C")]
+    chain = TeamGraph("chain", ("analyzer", "coder", "tester"), (("analyzer", "coder"), ("coder", "tester")))
+    assert probe_context(chain, chain_trace, "analyzer") == "TASK:\nTHE TASK"
+    coder = probe_context(chain, chain_trace, "coder")
+    assert "plan A" in coder and "code B" not in coder and "SYS" not in coder
+    peers_trace = [_m("user", "user", "THE TASK"), _m("debater", "ai", "round 0", "peer1"),
+                   _m("debater", "ai", "round 1", "peer2")]
+    peers = TeamGraph("shared", ("debater",), (), replicas=2, peers=True)
+    alone = TeamGraph("shared", ("debater",), (), replicas=2, peers=False)
+    assert "round 0" in probe_context(peers, peers_trace, "debater")  # decentralized: task + all messages
+    assert "round 1" in probe_context(peers, peers_trace, "debater")
+    assert probe_context(alone, peers_trace, "debater") == "TASK:\nTHE TASK"  # independent: the task alone
+    star_trace = [_m("user", "user", "THE TASK"),
+                  {**_m("manager", "ai", "delegating"), "tool_calls": [
+                      {"name": "delegate_to_coder_worker", "args": {"instructions": "write the DP"}},
+                      {"name": "delegate_to_tester_worker", "args": {"instructions": "test n=0"}}]},
+                  _m("coder_worker", "ai", "code"), _m("tester_worker", "ai", "ok")]
+    star = TeamGraph("star", ("manager", "coder_worker", "tester_worker", "analyzer_worker"),
+                     tuple(("manager", w) for w in ("coder_worker", "tester_worker", "analyzer_worker")))
+    assert probe_context(star, star_trace, "manager") == "TASK:\nTHE TASK"
+    assert probe_context(star, star_trace, "coder_worker").endswith("MANAGER INSTRUCTIONS TO coder_worker:\n"
+                                                                    "write the DP")
+    assert probe_context(star, star_trace, "analyzer_worker").endswith(NO_DELEGATION)
+
+
+def test_judge_replies_are_read_wherever_the_score_stands() -> None:
+    from optimizers.judge import parse_score, thinking_off_body, visible_text
+
+    assert parse_score("0.85") == 0.85 and parse_score("Score: 7/10") == 0.7 and parse_score("85") == 0.85
+    assert parse_score("0.9 because the reply sh") == 0.9  # a reply cut at its token limit
+    assert parse_score("1000") == 1.0 and parse_score("-3") == 0.0 and parse_score("no idea") == 0.5
+    assert parse_score("<think>maybe 0.1</think>\n0.8") == 0.8  # thinking is ignored
+    assert parse_score("<think>hmm, 0.1 or") == 0.5  # cut while thinking: nothing visible
+    assert parse_score("0.2 first</think>0.6") == 0.6  # the client kept only the tail of a think block
+    assert visible_text("<think>a</think> b <think>c") == "b"
+    assert thinking_off_body("Qwen/Qwen3.5-9B") == {"chat_template_kwargs": {"enable_thinking": False}}
+    assert thinking_off_body("qwen2.5-coder-0.5b-instruct") == {} and thinking_off_body(None) == {}
