@@ -141,6 +141,12 @@ def test_maspo_trace_two_stage_team_with_exact_judge_count(tmp_path: Path) -> No
     assert all(len(s) == 1 for s in seeds.values())
     assert MARKER in optimization["incumbent_candidate"]["components"]["role/coder"]
     assert MARKER in optimization["incumbent_candidate"]["components"]["role/debugger"]
+    # Both incumbent changes reach the learning curve: the new coder at 9 rollouts (its team still
+    # fails: 0.0), the new debugger at 18 (1.0).
+    curve = list(read_jsonl(tmp_path / "job" / "optimization" / "learning_curve.jsonl"))
+    commits = {(r["committed_at"], r["incumbent_score"]) for r in curve if r["commits"] > 0}
+    assert commits == {(9, 0.0), (18, 1.0)}
+    assert curve[-1]["incumbent_candidate_id"] == optimization["incumbent_candidate"]["id"]
 
 
 def test_maspo_keeps_the_seed_when_nothing_helps(tmp_path: Path) -> None:
