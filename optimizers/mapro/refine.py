@@ -38,7 +38,8 @@ BLAME_TASK_CHARS = 800
 BLAME_OUTPUT_CHARS = 600
 BLAME_KEEP_CHARS = 800  # per role, over all sampled runs
 
-_MARK = re.compile(r"^\W*(?:\d{1,2}[.)]\s*)?\**\s*VARIANT\s*\d*\s*\**\s*[:.\-\u2013]\s*\**", re.IGNORECASE | re.MULTILINE)
+_MARK = re.compile(r"^\W*(?:\d{1,2}[.)]\s*)?\**\s*VARIANT\s*\d*\s*\**\s*[:.\-\u2013]\s*\**",
+                   re.IGNORECASE | re.MULTILINE)
 _LABEL = re.compile(r"^\W*(?:\d{1,2}[.)]\s*)?\**\s*(?:VARIANT|PROMPT|ROLE PROMPT)\s*\d*\s*\**\s*[:.\-\u2013]\s*\**\s*",
                     re.IGNORECASE)
 _FENCED = re.compile(r"^```[^\n]*\n(.*)\n```$", re.DOTALL)

@@ -134,7 +134,8 @@ def _tagged_world() -> Any:
         if REFLECTION_SYSTEM not in request.system:
             return None
         if "Task: mapro/pool." in request.system:
-            role = re.search(r"^Agent role: (\w+)", request.last_user, re.MULTILINE).group(1)  # type: ignore[union-attr]
+            found = re.search(r"^Agent role: (\w+)", request.last_user, re.MULTILINE)
+            role = found.group(1) if found else "?"
             return "\n".join(f"VARIANT:\nYou are the {role}. TAG {role}-{k}" for k in range(1, 5))
         return "```\nno change\n```"
 
@@ -326,7 +327,8 @@ def _cut_world() -> Any:
         probe = request.last_user.startswith("TASK:\n") and not request.body.get("tools")
         if JUDGE_SYSTEM not in request.system and not probe:
             return None
-        reply = useful.rules[0].function(request) if JUDGE_SYSTEM in request.system else useful.rules[1].function(request)
+        rule = useful.rules[0] if JUDGE_SYSTEM in request.system else useful.rules[1]  # reflect/judge, solve
+        reply = rule.function(request)
         text = reply if isinstance(reply, str) else str(reply)
         tail = " because the reply sh" if JUDGE_SYSTEM in request.system else "\n\nHere is why this works: fir"
         return {"content": text + tail, "finish_reason": "length"}
@@ -353,8 +355,9 @@ def test_mapro_uses_cut_probe_and_judge_replies(tmp_path: Path) -> None:
     rounds = [row for row in optimization["history"] if row["event"] == "round"]
     assert rounds[0]["node_rewards"] == {"solver": [0.2, 0.2, 0.2, 0.9, 0.2]}  # scores read from cut replies
     assert rounds[0]["improved"] is True and MARKER in optimization["incumbent_candidate"]["components"]["role/solver"]
+    seed_id = optimization["seed_candidate"]["id"]
     commits = [r for r in read_jsonl(tmp_path / "job" / "optimization" / "learning_curve.jsonl")
-               if r["reason"] in ("grid", "stop") and r["incumbent_candidate_id"] != optimization["seed_candidate"]["id"]]
+               if r["reason"] in ("grid", "stop") and r["incumbent_candidate_id"] != seed_id]
     assert commits and commits[0]["incumbent_score"] == 1.0
     # Judges and probes asked the Qwen3-family endpoint to skip thinking; team rollouts did not.
     surfaces = {"judge": [], "probe": [], "team": []}
