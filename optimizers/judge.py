@@ -104,13 +104,14 @@ class Judge:
         probe = dict(probe_decoding or {})
         self.probe_temperature = float(probe.get("temperature", temperature))
         self.probe_max_tokens = int(probe.get("max_tokens", max_tokens))
+        self.probe_top_p = float(probe.get("top_p", 1.0))
         self.extra_body = thinking_off_body(getattr(client, "model_id", None)) if thinking_off else {}
         self.model = ReflectionModel(
             client,
             method=method,
             workdir=workdir,
             seed=seed,
-            decoding={"temperature": temperature, "top_p": float(probe.get("top_p", 1.0)), "max_tokens": max_tokens},
+            decoding={"temperature": temperature, "top_p": 1.0, "max_tokens": max_tokens},  # judges: top-p 1
             max_consecutive_failures=max_consecutive_failures,
             journal_name=JUDGE_JOURNAL,
             system_intro=JUDGE_SYSTEM,
@@ -142,7 +143,8 @@ class Judge:
         """One agent's reply under ``role_prompt`` to ``context`` (no tools, no team); a reply cut
         at the probe's token limit is still its output; "" when the call failed."""
         reply = await self._ask(context, purpose="probe", system=role_prompt,
-                                temperature=self.probe_temperature, max_tokens=self.probe_max_tokens)
+                                temperature=self.probe_temperature, top_p=self.probe_top_p,
+                                max_tokens=self.probe_max_tokens)
         return visible_text(reply)
 
     def uncharged_calls(self) -> dict[str, dict[str, int]]:

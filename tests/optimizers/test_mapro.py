@@ -367,9 +367,12 @@ def test_mapro_uses_cut_probe_and_judge_replies(tmp_path: Path) -> None:
         kind = ("judge" if "impartial judge" in system else "probe" if user.startswith("TASK:\n") else
                 "reflection" if "reflection model" in system else "team")
         if kind in surfaces:
-            surfaces[kind].append(request.body.get("chat_template_kwargs"))
-    assert surfaces["judge"] and all(k == {"enable_thinking": False} for k in surfaces["judge"] + surfaces["probe"])
-    assert surfaces["team"] and all(k is None for k in surfaces["team"])
+            surfaces[kind].append((request.body.get("chat_template_kwargs"), request.body.get("top_p"),
+                                   request.body.get("temperature")))
+    assert surfaces["judge"] and {s[0]["enable_thinking"] for s in surfaces["judge"] + surfaces["probe"]} == {False}
+    assert surfaces["team"] and all(s[0] is None for s in surfaces["team"])
+    # The reference's decoding: judges at temperature 0.2, top-p 1; probes at 0.2, top-p 0.9.
+    assert {s[1:] for s in surfaces["judge"]} == {(1.0, 0.2)} and {s[1:] for s in surfaces["probe"]} == {(0.9, 0.2)}
 
 
 # ------------------------------------------------------------------------------------------------
