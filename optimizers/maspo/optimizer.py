@@ -327,11 +327,11 @@ class _Run:
         halves = [list(runs[:middle]) or list(runs), list(runs[middle:]) or list(runs)]
         parts = (halves * self.params.offspring)[: self.params.offspring]
         terminal = self.graph.successor(role) is None
+        kind = self.graph.kind
 
         async def rewrite(part: Sequence[Rollout]) -> str:
             samples = proposer_sample(part, role)
-            ask = proposal_prompt(role, prompt, samples, kind=self.graph.kind if self.graph else "chain",
-                                  terminal=terminal, shared=len(self.roles) == 1)
+            ask = proposal_prompt(role, prompt, samples, kind=kind, terminal=terminal, shared=len(self.roles) == 1)
             reply = await self.reflection.ask(ask, purpose="propose", temperature=self.params.proposal_temperature)
             return extract_prompt(reply) or prompt
 

@@ -65,6 +65,9 @@ def proposer_sample(runs: Sequence[Rollout], role: str) -> str:
         for i, (problem, (context, output)) in enumerate(by_problem.items()))
 
 
+SYSTEM_KIND = {"star": "centralized manager/worker", "chain": "sequential", "shared": "shared-prompt"}
+
+
 def _scope(kind: str, terminal: bool, shared: bool) -> str:
     if kind == "star":
         scope = ("This is the manager, which gives the team's final answer: keep to the final-output contract "
@@ -83,8 +86,8 @@ def proposal_prompt(role: str, prompt: str, samples: str, *, kind: str, terminal
     requirements = ("Keep the agent's role, responsibilities and input format consistent. "
                     f"{_scope(kind, terminal, shared)}\n{CONTRACT}")
     return (
-        f"You are improving the prompt of one role in a {kind} multi-agent system. The role and the system's "
-        "interfaces (delegation, tools, formats) are fixed and must be kept.\n\n"
+        f"You are improving the prompt of one role in a {SYSTEM_KIND.get(kind, kind)} multi-agent system. The "
+        "role and the system's interfaces (delegation, tools, formats) are fixed and must be kept.\n\n"
         f"Dataset: {DATASET}\nAgent role: {role}\n\n"
         f"Sample runs (problem, the role's context, the role's output):\n<traces>\n{samples}\n</traces>\n\n"
         f"Requirements:\n<requirements>\n{requirements}\n</requirements>\n\n"
