@@ -1,7 +1,7 @@
 """Rollouts and the budgeted evaluator: the only way an optimizer spends budget.
 
 The evaluator is generic. A ``System`` runs one attempt of one candidate on one problem (for LCB:
-a team run plus grading, see ``optimizers.protocol.lcb_system``); the evaluator adds everything
+a team run plus grading, see ``optimizers.protocol.job.lcb_system``); the evaluator adds everything
 the protocol promises around it:
 
 - exact budget accounting (a usable rollout is charged once; infrastructure failures are free

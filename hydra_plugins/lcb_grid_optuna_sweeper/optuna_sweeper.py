@@ -182,7 +182,7 @@ def objective_from_return(value: Any, objective_key: str = "objective") -> float
 
 
 def _deployed_validation_score(folder: Path) -> float:
-    from optimizers.protocol.tracking import deployed_prompts_score
+    from optimizers.protocol.report.tracking import deployed_prompts_score
 
     try:
         selection = json.loads((folder / "selection.json").read_text(encoding="utf-8"))

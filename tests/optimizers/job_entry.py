@@ -13,8 +13,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from job_support import fast_runtime, job_config, register_test_methods  # noqa: E402
 
-from optimizers.protocol.errors import JobError  # noqa: E402
-from optimizers.protocol.job import run_job, summary_line  # noqa: E402
+from optimizers.protocol.job.errors import JobError  # noqa: E402
+from optimizers.protocol.job.engine import run_job, summary_line  # noqa: E402
 
 
 def main() -> int:

@@ -20,7 +20,7 @@ from optimizers.base import (
     OptimizerInfrastructureError,
 )
 from optimizers.candidate import Candidate
-from optimizers.protocol.config import JobConfig, ModelSpec
+from optimizers.protocol.grid.config import JobConfig, ModelSpec
 from optimizers.registry import _REGISTERED, register_optimizer
 
 REPO = Path(__file__).resolve().parents[2]
@@ -59,7 +59,7 @@ def job_config(out: Path, base_url: str, **overrides: Any) -> JobConfig:
 
 
 def fast_runtime(**overrides: Any) -> Any:
-    from optimizers.protocol.job import JobRuntime
+    from optimizers.protocol.job.engine import JobRuntime
 
     values = {"retry_delay_s": 0.0, "client_max_retries": 0, "client_backoff_s": 0.0}
     values.update(overrides)

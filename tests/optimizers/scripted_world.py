@@ -249,7 +249,7 @@ def models_by_surface(requests: Iterable[Any]) -> dict[str, set[str]]:
 
 def world_job_config(out: Path, base_url: str, **overrides: Any) -> Any:
     """A small job on built-in data whose task and reflection models are the scripted server."""
-    from optimizers.protocol.config import JobConfig, ModelSpec
+    from optimizers.protocol.grid.config import JobConfig, ModelSpec
 
     values: dict[str, Any] = {
         "method": "identity",
@@ -270,7 +270,7 @@ def world_job_config(out: Path, base_url: str, **overrides: Any) -> Any:
 
 
 def fast_runtime() -> Any:
-    from optimizers.protocol.job import JobRuntime
+    from optimizers.protocol.job.engine import JobRuntime
 
     return JobRuntime(retry_delay_s=0.0, client_max_retries=0, client_backoff_s=0.0, in_grid=False)
 
@@ -346,8 +346,8 @@ def _charged_lines(path: Path) -> int:
 
 def main(argv: list[str]) -> int:
     out, base_url, overrides = argv[0], argv[1], json.loads(argv[2])
-    from optimizers.protocol.errors import JobError
-    from optimizers.protocol.job import run_job, summary_line
+    from optimizers.protocol.job.errors import JobError
+    from optimizers.protocol.job.engine import run_job, summary_line
 
     try:
         result = run_job(world_job_config(Path(out), base_url, **overrides), fast_runtime())

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from optimizers.journal import read_jsonl, read_sealed
-from optimizers.protocol.job import Job, run_job
-from optimizers.protocol.lcb_system import base_team_spec, seed_candidate
+from optimizers.protocol.job.engine import Job, run_job
+from optimizers.protocol.job.lcb_system import base_team_spec, seed_candidate
 from optimizers.reflection import ReflectionModel, extract_fenced, extract_json
 from optimizers.registry import MethodUnavailable, available_methods, get_optimizer_class
 from scripted_world import fast_runtime, run_and_kill, start_world, world_job_config

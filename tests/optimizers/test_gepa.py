@@ -12,8 +12,8 @@ from optimizers.budget import Budget
 from optimizers.candidate import Candidate
 from optimizers.gepa.adapter import CandidateBook, GEPAWatch
 from optimizers.journal import read_jsonl, read_sealed
-from optimizers.protocol.errors import JobError
-from optimizers.protocol.job import run_job
+from optimizers.protocol.job.errors import JobError
+from optimizers.protocol.job.engine import run_job
 from scripted_world import MARKER, fast_runtime, run_cli, start_world, world_job_config
 
 

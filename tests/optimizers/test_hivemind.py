@@ -17,7 +17,7 @@ from optimizers.hivemind.lessons import LESSONS_HEADER, parse_lessons, with_less
 from optimizers.hivemind.optimizer import HiveMindParams, fit_batches
 from optimizers.hivemind.shapley import exact_shapley, permutation_shapley, plan_coalitions, power_set
 from optimizers.journal import read_jsonl, read_sealed
-from optimizers.protocol.job import run_job
+from optimizers.protocol.job.engine import run_job
 from optimizers.reflection import params_from
 from scripted_world import MARKER, fast_runtime, reflection_rule, start_world, world_job_config
 from topologies.teams.layouts import team_roster

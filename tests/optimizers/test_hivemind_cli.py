@@ -11,7 +11,7 @@ from test_hivemind import pair_job
 
 
 def test_cli_centralized_end_to_end(tmp_path: Path) -> None:
-    from optimizers.protocol.tracking import offline_run_dirs, read_offline_run
+    from optimizers.protocol.report.tracking import offline_run_dirs, read_offline_run
 
     server = start_world(world="useful")
     try:

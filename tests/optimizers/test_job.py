@@ -10,9 +10,9 @@ import pytest
 
 from job_support import SOLVE_ALL, fast_runtime, job_config
 from optimizers.journal import read_jsonl, read_sealed
-from optimizers.protocol.errors import JobError, JobMismatch, PhaseOrderError
-from optimizers.protocol.job import Job, run_job, summary_line
-from optimizers.protocol.store import JobStore
+from optimizers.protocol.job.errors import JobError, JobMismatch, PhaseOrderError
+from optimizers.protocol.job.engine import Job, run_job, summary_line
+from optimizers.protocol.job.store import JobStore
 from topologies.scripted import Fault
 
 VOLATILE = {"sha256", "elapsed_seconds"}

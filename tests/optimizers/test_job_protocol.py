@@ -12,12 +12,12 @@ import pytest
 from optimizers.budget import Budget, Outcome
 from optimizers.evaluator import Rollout
 from optimizers.journal import SealError, read_jsonl, read_sealed, write_sealed
-from optimizers.protocol.errors import JobError, JobMismatch, TestLockedError
-from optimizers.protocol.learning_curve import LearningCurve
-from optimizers.protocol.seeds import evaluation_seed, request_seed
-from optimizers.protocol.selection import decide, find_forbidden_keys
-from optimizers.protocol.splits import SplitData, SplitIds
-from optimizers.protocol.store import JobStore
+from optimizers.protocol.job.errors import JobError, JobMismatch, TestLockedError
+from optimizers.protocol.job.learning_curve import LearningCurve
+from optimizers.protocol.job.seeds import evaluation_seed, request_seed
+from optimizers.protocol.job.selection import decide, find_forbidden_keys
+from optimizers.protocol.job.splits import SplitData, SplitIds
+from optimizers.protocol.job.store import JobStore
 
 VAL = ["a", "b", "c", "d"]
 

@@ -15,7 +15,7 @@ from optimizers.gepa.adapter import CandidateBook
 from optimizers.journal import read_json, read_jsonl, read_sealed
 from optimizers.mamut_gepa.adapter import read_proposal
 from optimizers.mamut_gepa.optimizer import choose_incumbent
-from optimizers.protocol.job import run_job
+from optimizers.protocol.job.engine import run_job
 from scripted_world import (MARKER, MODEL_ID, REFLECTION_ID, fast_runtime, run_cli, start_world, world_job_config,
                             world_script)
 
@@ -35,7 +35,7 @@ def reflection_prompts(out: Path) -> list[str]:
 
 def test_cli_centralized_team_finds_the_marker_and_deploys_it(tmp_path: Path, useful: Any,
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    from optimizers.protocol.tracking import offline_run_dirs, read_offline_run
+    from optimizers.protocol.report.tracking import offline_run_dirs, read_offline_run
 
     monkeypatch.setenv("WANDB_MODE", "offline")
     out = tmp_path / "job"

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from optimizers.journal import read_jsonl, read_sealed
-from optimizers.protocol.job import JobRuntime, run_job
+from optimizers.protocol.job.engine import JobRuntime, run_job
 from optimizers.team_graph import infer_team_graph, role_context, role_output
 from scripted_world import (
     MARKER,
@@ -35,10 +35,10 @@ def useful() -> Any:
 
 def test_mapro_finds_the_marker_prompt_deploys_it_and_reports_judge_cost(tmp_path: Path, useful: Any,
                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    from optimizers.protocol.config import TrackerSpec
-    from optimizers.protocol.report import summary_rows
-    from optimizers.protocol.report_data import load
-    from optimizers.protocol.tracking import make_tracker, offline_run_dirs, read_offline_run
+    from optimizers.protocol.grid.config import TrackerSpec
+    from optimizers.protocol.report.page import summary_rows
+    from optimizers.protocol.report.data import load
+    from optimizers.protocol.report.tracking import make_tracker, offline_run_dirs, read_offline_run
 
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")

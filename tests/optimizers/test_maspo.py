@@ -22,7 +22,7 @@ from optimizers.maspo.search import (
     top_beam,
     win_rate,
 )
-from optimizers.protocol.job import run_job
+from optimizers.protocol.job.engine import run_job
 from scripted_world import (
     MARKER,
     MODEL_ID,

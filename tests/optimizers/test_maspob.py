@@ -35,7 +35,7 @@ from optimizers.maspob.pool import (
     extract_variant,
     pool_identity,
 )
-from optimizers.protocol.job import run_job
+from optimizers.protocol.job.engine import run_job
 from optimizers.reflection import ReflectionModel
 from scripted_world import MARKER, REFLECTION_ID, REPO, fast_runtime, run_cli, start_world, world_job_config
 

@@ -12,7 +12,7 @@ import pytest
 from optimizers.candidate import Candidate
 from optimizers.journal import read_jsonl, read_sealed
 from optimizers.mipro.demos import DEMO_HEADER, Demo, demo_sets, render
-from optimizers.protocol.job import run_job
+from optimizers.protocol.job.engine import run_job
 from scripted_world import MARKER, fast_runtime, run_cli, start_world, world_job_config
 
 TRAIN_SOLVED = ("builtin_temperature_swing", "builtin_count_prefixed", "builtin_travel_time")

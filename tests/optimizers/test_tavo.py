@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from optimizers.journal import read_jsonl, read_sealed
-from optimizers.protocol.job import run_job
+from optimizers.protocol.job.engine import run_job
 from optimizers.tavo.credit import Credit, by_frequency, lead_role, segment
 from optimizers.tavo.optimizer import BatchPlan, TAVOParams, plan_batches, validation_batch_size
 from optimizers.tavo.proposals import OVERLAY_CLOSE, strip_overlay, with_overlay

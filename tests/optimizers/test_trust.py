@@ -15,8 +15,8 @@ import pytest
 from scripted_world import MARKER, fast_runtime, world_job_config, world_script
 
 from optimizers.journal import read_jsonl, read_sealed
-from optimizers.protocol.errors import VersionMismatch
-from optimizers.protocol.job import run_job
+from optimizers.protocol.job.errors import VersionMismatch
+from optimizers.protocol.job.engine import run_job
 
 
 def _serve(script: Any) -> Any:
@@ -152,7 +152,7 @@ def test_resuming_after_a_scorer_version_bump_is_refused_unless_forced(tmp_path:
 def test_method_and_runtime_versions_enter_job_and_condition_ids(tmp_path: Path, monkeypatch) -> None:
     import topologies.version
     from optimizers.identity import IdentityOptimizer
-    from optimizers.protocol.job import Job
+    from optimizers.protocol.job.engine import Job
 
     config = world_job_config(tmp_path / "job", "http://127.0.0.1:9/v1", method="identity")
     first = Job(config).identity

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from optimizers.journal import write_sealed
-from optimizers.protocol.report_plots import PANELS
+from optimizers.protocol.report.plots import PANELS
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 

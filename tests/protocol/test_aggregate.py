@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 
 from optimizers.journal import write_sealed
-from optimizers.protocol import aggregate
+from optimizers.protocol.aggregate import summary as aggregate
 
 REPO = Path(__file__).resolve().parents[2]
 IDS = ["p1", "p2", "p3", "p4", "p5", "p6"]

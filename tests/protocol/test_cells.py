@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from optimizers.protocol import cells
-from optimizers.protocol.config import JobConfig, ModelSpec
+from optimizers.protocol.grid import cells
+from optimizers.protocol.grid.config import JobConfig, ModelSpec
 
 
 def _job(**overrides: object) -> JobConfig:

@@ -9,7 +9,8 @@ import sys
 from pathlib import Path
 
 from optimizers.journal import write_sealed
-from optimizers.protocol import cells, grid
+from optimizers.protocol.grid import cells
+from optimizers.protocol.grid import cli as grid
 
 REPO = Path(__file__).resolve().parents[2]
 

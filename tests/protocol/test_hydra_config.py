@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from optimizers.protocol import cells, grid
-from optimizers.protocol.config import JobConfig
-from optimizers.protocol.hydra_config import ConfigError, job_config
-from optimizers.protocol.run import UsageError, to_overrides
+from optimizers.protocol.grid import cells
+from optimizers.protocol.grid import cli as grid
+from optimizers.protocol.grid.config import JobConfig
+from optimizers.protocol.run.hydra_config import ConfigError, job_config
+from optimizers.protocol.run.app import UsageError, to_overrides
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
 BASE = ["method=identity", "topology=centralized", "seed=0"]

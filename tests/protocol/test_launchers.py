@@ -15,7 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from tracking_support import job_overrides, run_app, team_script  # noqa: E402
 
-from optimizers.protocol.endpoint_pool import (  # noqa: E402
+from optimizers.protocol.run.endpoint_pool import (  # noqa: E402
     EndpointPoolError,
     apply_endpoint_pool,
     endpoint_for_job,
@@ -70,7 +70,7 @@ def test_apply_endpoint_pool_fills_only_missing_endpoints() -> None:
 
 def _app_uses_endpoint_pool() -> bool:
     root = Path(__file__).resolve().parents[2]
-    sources = [root / "optimizers" / "protocol" / name for name in ("run.py", "hydra_config.py")]
+    sources = [root / "optimizers" / "protocol" / "run" / name for name in ("app.py", "hydra_config.py")]
     return any("apply_endpoint_pool" in p.read_text() for p in sources if p.is_file())
 
 

@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "optimizers"))
 
 from scripted_world import MODEL_ID, REFLECTION_ID, REPO, start_world  # noqa: E402
 
-from optimizers.protocol.chatter import QUIET_ENV, quiet_third_parties  # noqa: E402
+from optimizers.protocol.run.chatter import QUIET_ENV, quiet_third_parties  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -15,9 +15,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from report_fixtures import CHROMIUM, assert_rendered, screenshot, write_grid, write_job  # noqa: E402
 
-from optimizers.protocol import report  # noqa: E402
-from optimizers.protocol.report_data import load  # noqa: E402
-from optimizers.protocol.report_plots import PANELS  # noqa: E402
+from optimizers.protocol.report import page as report  # noqa: E402
+from optimizers.protocol.report.data import load  # noqa: E402
+from optimizers.protocol.report.plots import PANELS  # noqa: E402
 
 def _png_ok(data: bytes) -> tuple[int, int]:
     import io

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from optimizers.protocol import stats
+from optimizers.protocol.aggregate import stats
 
 
 @pytest.mark.parametrize(

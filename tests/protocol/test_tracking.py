@@ -15,8 +15,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from tracking_support import MODEL_ID, register_probe, team_script  # noqa: E402
 
 from optimizers.candidate import Candidate  # noqa: E402
-from optimizers.protocol.config import JobConfig, ModelSpec, TrackerSpec  # noqa: E402
-from optimizers.protocol.tracking import (  # noqa: E402
+from optimizers.protocol.grid.config import JobConfig, ModelSpec, TrackerSpec  # noqa: E402
+from optimizers.protocol.report.tracking import (  # noqa: E402
     TrackingError,
     WandbTracker,
     deployed_prompts_score,
@@ -221,7 +221,7 @@ def test_online_without_a_reachable_server_falls_back_to_offline(tmp_path: Path,
 
 
 def test_a_real_job_gets_curves_tables_and_artifact(tmp_path: Path) -> None:
-    from optimizers.protocol.job import JobRuntime, run_job
+    from optimizers.protocol.job.engine import JobRuntime, run_job
     from topologies.scripted import ScriptedServer
 
     register_probe()

@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 from optimizers.journal import write_sealed
-from optimizers.protocol import aggregate, trust
+from optimizers.protocol.aggregate import summary as aggregate
+from optimizers.protocol.aggregate import trust
 
 PROBLEMS = ("demo_stdin", "demo_functional", "builtin_palindrome_anagram", "builtin_trapped_water",
             "builtin_merge_intervals", "builtin_job_scheduling")
@@ -148,7 +149,7 @@ def test_pareto_front_keeps_cells_nothing_beats() -> None:
 
 
 def test_report_shows_the_same_figures(grid: Path, tmp_path: Path) -> None:
-    from optimizers.protocol import report
+    from optimizers.protocol.report import page as report
 
     out = tmp_path / "report"
     assert report.main([str(grid), "--out", str(out)]) == 0

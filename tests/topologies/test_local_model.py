@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 import topologies.local_model as local_model
+from topologies.local_model import cli as local_model_cli
 from topologies.local_model import (
     EMBEDDED_MODELS,
     EXPECTED_SHA256,
@@ -76,7 +77,7 @@ def test_missing_runtime_is_one_line_error_naming_setup(monkeypatch):
 def test_cli_prepare_reports_errors_in_one_line(monkeypatch, capsys):
     monkeypatch.setitem(EMBEDDED_MODELS, "local-1.5b", _without_wheels(EMBEDDED_MODELS["local-1.5b"], 1))
     monkeypatch.setenv("XDG_CACHE_HOME", "/nonexistent-lcb-grid-cache")
-    assert local_model.main(["--prepare", "--model", "local-1.5b"]) == 1
+    assert local_model_cli.main(["--prepare", "--model", "local-1.5b"]) == 1
     err = capsys.readouterr().err
     assert err.startswith("error: local-1.5b model weight wheels not installed") and err.count("\n") == 1
 

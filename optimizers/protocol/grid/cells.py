@@ -37,7 +37,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any
 
-from optimizers.protocol.config import GRID_BUDGET, JobConfig
+from optimizers.protocol.grid.config import GRID_BUDGET, JobConfig
 
 GRID_METHODS = ("gepa", "mipro", "mapro", "maspo", "hivemind", "mamut_gepa", "maspob", "tavo")
 BASELINE_METHODS = ("gepa", "mipro", "mapro", "maspo")
@@ -63,7 +63,7 @@ DATASET_ALIASES: Mapping[str, str] = {"lcb": "lcb", "livecodebench": "lcb"}
 CONFORMANT_DATA = "hf"
 CONFORMANT_RELEASE = "release_latest"
 
-CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+CONF_DIR = Path(__file__).resolve().parents[3] / "conf"
 
 
 class CellError(ValueError):

@@ -2,7 +2,7 @@
 (reflection), for ``result.json``, W&B and the report.
 
 A team reply cut at ``max_tokens`` is kept in the trajectory with ``finish_reason: "length"``
-(see ``optimizers.protocol.lcb_system.replies_by_role``); a cut reflection reply is a failed
+(see ``optimizers.protocol.job.lcb_system.replies_by_role``); a cut reflection reply is a failed
 reflection call (``optimizers.reflection``). A high rate means the limits, not the prompts,
 decide results, so every job reports it.
 """

@@ -8,45 +8,12 @@ says so (a partial run still gets every panel).
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from statistics import fmean
 from typing import Any
 
-from optimizers.protocol.report_data import DIFFICULTIES, UNKNOWN_DIFFICULTY, ReportData
-
-DPI = 110
-
-
-@dataclass(frozen=True, slots=True)
-class Panel:
-    title: str
-    caption: str
-    draw: Callable[[ReportData], Any]  # -> matplotlib Figure
-
-
-def _pyplot() -> Any:
-    import matplotlib
-
-    matplotlib.use("Agg", force=True)
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _empty(message: str) -> Any:
-    plt = _pyplot()
-    figure, axes = plt.subplots(figsize=(6, 2.2))
-    axes.axis("off")
-    axes.text(0.5, 0.5, message, ha="center", va="center", fontsize=11, color="#555555", wrap=True)
-    return figure
-
-
-def _method_colors(methods: Sequence[str]) -> dict[str, Any]:
-    plt = _pyplot()
-    palette = plt.get_cmap("tab10")
-    return {method: palette(i % 10) for i, method in enumerate(methods)}
-
+from optimizers.protocol.report.canvas import Panel, _empty, _method_colors, _pyplot
+from optimizers.protocol.report.data import DIFFICULTIES, UNKNOWN_DIFFICULTY, ReportData
+from optimizers.protocol.report.trust_panels import TRUST_PANELS
 
 # --------------------------------------------------------------------------- Δpp heatmap
 
@@ -262,9 +229,5 @@ PANELS: dict[str, Panel] = {
         fallback_rate),
 }
 
-
-# The trust panels (cost Pareto front, optimism gap, truncation) live in their own module, which
-# builds on the helpers above; imported last so that module can import this one.
-from optimizers.protocol.report_trust import TRUST_PANELS  # noqa: E402
 
 PANELS.update(TRUST_PANELS)

@@ -6,7 +6,7 @@ the sweep commands that run it.
     python -m optimizers.protocol.grid --commands        # the six Hydra sweeps that make the grid
     python -m optimizers.protocol.grid --check           # compose + pre-flight every sweep job, no model
 
-The grid is defined in ``optimizers.protocol.cells``; the sweeps are ``conf/experiment/lcb_grid*.yaml``
+The grid is defined in ``optimizers.protocol.grid.cells``; the sweeps are ``conf/experiment/lcb_grid*.yaml``
 (Hydra's basic sweeper takes cartesian products and the grid is a union of tables, so there is one
 sweep per table; together they are exactly the grid, which a test checks). Run them all with::
 
@@ -30,9 +30,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from optimizers.protocol import cells
-from optimizers.protocol.aggregate import RESULT_SCHEMA, OneLineParser
-from optimizers.protocol.config import JobConfig
+from optimizers.protocol.grid import cells
+from optimizers.protocol.aggregate.summary import RESULT_SCHEMA, OneLineParser
+from optimizers.protocol.grid.config import JobConfig
 
 EXPERIMENTS_DIR = cells.CONF_DIR / "experiment"
 GRID_EXPERIMENT_PREFIX = "lcb_grid"
@@ -190,9 +190,9 @@ def check_grid(paths: Sequence[Path] | None = None) -> tuple[int, list[CheckFail
 
     from hydra import compose, initialize_config_dir
 
-    from optimizers.protocol.hydra_config import job_config
-    from optimizers.protocol.preflight import MethodNotLoadable, PreflightError, preflight
-    from optimizers.protocol.run import to_overrides
+    from optimizers.protocol.run.hydra_config import job_config
+    from optimizers.protocol.run.preflight import MethodNotLoadable, PreflightError, preflight
+    from optimizers.protocol.run.app import to_overrides
 
     checked, failures = 0, []
     with initialize_config_dir(config_dir=str(cells.CONF_DIR), version_base="1.3"):

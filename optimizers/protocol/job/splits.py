@@ -14,7 +14,7 @@ from typing import Any
 from lcb.errors import LcbError
 from lcb.problem import Problem
 from optimizers.journal import content_hash
-from optimizers.protocol.errors import JobError, TestLockedError
+from optimizers.protocol.job.errors import JobError, TestLockedError
 
 SPLITS = ("train", "val", "test")
 ProblemLoader = Callable[[Sequence[str]], Sequence[Problem]]

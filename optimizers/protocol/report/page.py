@@ -103,7 +103,7 @@ img { max-width: 100%; border: 1px solid #eee; }
 
 
 def render_html(data: Any, images: dict[str, bytes], roots: Sequence[Path]) -> str:
-    from optimizers.protocol.report_plots import PANELS
+    from optimizers.protocol.report.plots import PANELS
 
     escape = html.escape
     warning = data.nonconformant_label
@@ -130,7 +130,7 @@ def render_html(data: Any, images: dict[str, bytes], roots: Sequence[Path]) -> s
             f"<td>{_fmt_pp(row['delta_pp'])}</td><td>{ci}</td><td>{row['fallbacks']}/{row['jobs']}</td>"
             f"<td>{row['uncharged_calls']:g} ({row['uncharged_tokens']:g})</td></tr>")
     parts.append("</tbody></table></section>")
-    from optimizers.protocol.report_trust import html_sections
+    from optimizers.protocol.report.trust_panels import html_sections
 
     parts.extend(html_sections(data, mark))
     for panel_id, panel in PANELS.items():
@@ -150,7 +150,7 @@ def render_html(data: Any, images: dict[str, bytes], roots: Sequence[Path]) -> s
 def write_report(data: Any, out: Path, roots: Sequence[Path]) -> dict[str, Path]:
     """Draw every panel, write the PNGs, report.html and report.json atomically; return their paths."""
     from optimizers.journal import write_text_atomic
-    from optimizers.protocol.report_plots import PANELS
+    from optimizers.protocol.report.plots import PANELS
 
     out.mkdir(parents=True, exist_ok=True)
     images: dict[str, bytes] = {}
@@ -163,7 +163,7 @@ def write_report(data: Any, out: Path, roots: Sequence[Path]) -> dict[str, Path]
         temp.replace(target)
         written[panel_id] = target
     write_text_atomic(out / "report.html", render_html(data, images, roots))
-    from optimizers.protocol.report_trust import payload as trust_payload
+    from optimizers.protocol.report.trust_panels import payload as trust_payload
 
     payload = {"schema": SCHEMA, "roots": [str(r) for r in roots], "cells": summary_rows(data),
                "trust": trust_payload(data),
@@ -182,7 +182,7 @@ def wandb_report_status() -> str | None:
     """None when a W&B Report can be built here, else the one-line reason why not."""
     import os
 
-    from optimizers.protocol.tracking import has_api_key
+    from optimizers.protocol.report.tracking import has_api_key
 
     mode = os.environ.get("WANDB_MODE", "").strip().lower()
     if mode in ("offline", "disabled", "dryrun"):
@@ -247,7 +247,7 @@ def build_parser() -> OneLineParser:
 
 
 def _seeds(text: str | None, parser: OneLineParser) -> tuple[int, ...]:
-    from optimizers.protocol import cells
+    from optimizers.protocol.grid import cells
 
     if text is None:
         return tuple(cells.GRID_SEEDS)
@@ -272,7 +272,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for root in args.roots:
         if not root.exists():
             log.warning("%s does not exist", root)
-    from optimizers.protocol.report_data import load
+    from optimizers.protocol.report.data import load
 
     data = load(args.roots, include_nonconformant=True if args.include_nonconformant else None,
                 replicates=args.bootstrap,

@@ -28,7 +28,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
-from optimizers.protocol import cells, stats, trust
+from optimizers.protocol.grid import cells
+from optimizers.protocol.aggregate import stats
+from optimizers.protocol.aggregate import trust
 
 log = logging.getLogger("aggregate")
 SCHEMA = "lcb-grid-aggregate/v1"
@@ -67,7 +69,7 @@ class JobResult:
     fallback_reason: str | None
     charged: int | None
     stop_reason: str | None
-    cost: Mapping[str, Any] = field(default_factory=dict)  # optimizers.protocol.trust.job_cost
+    cost: Mapping[str, Any] = field(default_factory=dict)  # optimizers.protocol.aggregate.trust.job_cost
     truncation: Mapping[str, Any] = field(default_factory=dict)  # result.json "truncation"
     optimism: Mapping[str, Any] = field(default_factory=dict)  # result.json selection.optimism
 

@@ -8,7 +8,7 @@ version). ``grid --check`` runs it for every job of every ``lcb_grid*`` sweep.
 
 from __future__ import annotations
 
-from optimizers.protocol.config import JobConfig
+from optimizers.protocol.grid.config import JobConfig
 
 
 class PreflightError(ValueError):
@@ -22,12 +22,12 @@ class MethodNotLoadable(PreflightError):
 def preflight(job: JobConfig, *, grid_job: bool = True) -> None:
     """Raise ``PreflightError`` when ``job`` would fail before its first model call (or, for a
     grid job, run non-conformant)."""
-    from optimizers.protocol import cells
-    from optimizers.protocol.errors import JobError
-    from optimizers.protocol.hydra_config import ConfigError, check_job
-    from optimizers.protocol.jobspec import JobIdentity, validate_config
-    from optimizers.protocol.lcb_system import apply_candidate, base_team_spec, seed_candidate
-    from optimizers.protocol.splits import selection_split, split_ids_for
+    from optimizers.protocol.grid import cells
+    from optimizers.protocol.job.errors import JobError
+    from optimizers.protocol.run.hydra_config import ConfigError, check_job
+    from optimizers.protocol.job.jobspec import JobIdentity, validate_config
+    from optimizers.protocol.job.lcb_system import apply_candidate, base_team_spec, seed_candidate
+    from optimizers.protocol.job.splits import selection_split, split_ids_for
     from optimizers.registry import MethodUnavailable, UnknownMethod, get_optimizer_class
 
     try:

@@ -212,7 +212,7 @@ def task_client(
 ) -> Any:
     """The task model's ChatClient for a ``ModelSpec``; a ``JobError`` when it cannot be used."""
     from lcb.errors import LcbError
-    from optimizers.protocol.errors import JobError
+    from optimizers.protocol.job.errors import JobError
     from topologies.models import MODEL_ALIASES, make_client, resolve_model
 
     name = model.alias if model.alias in MODEL_ALIASES else model.id
@@ -235,7 +235,7 @@ def task_client(
 def reflection_client(model: Any, *, probe: bool = True) -> Any:
     """The optimizers' reflection model client (built only for methods that reflect)."""
     from lcb.errors import LcbError
-    from optimizers.protocol.errors import JobError
+    from optimizers.protocol.job.errors import JobError
     from topologies.models import make_client, resolve_reflection_model
 
     try:
@@ -262,7 +262,7 @@ def probe_endpoints(endpoints: tuple[str, ...], *, api_key: str = "EMPTY", timeo
         if response.status_code < 500:
             return  # reachable (even a 404 means a server is there)
         failures.append(f"{url} (HTTP {response.status_code})")
-    from optimizers.protocol.errors import JobError
+    from optimizers.protocol.job.errors import JobError
 
     raise JobError(f"no model endpoint is reachable: {', '.join(failures)}")
 

@@ -16,9 +16,9 @@ from typing import Any
 
 from optimizers.candidate import Candidate
 from optimizers.journal import canonical_json, short_hash
-from optimizers.protocol.config import PHASES, SELECTION_MODES, JobConfig
-from optimizers.protocol.errors import JobError
-from optimizers.protocol.splits import SplitIds
+from optimizers.protocol.grid.config import PHASES, SELECTION_MODES, JobConfig
+from optimizers.protocol.job.errors import JobError
+from optimizers.protocol.job.splits import SplitIds
 from optimizers.registry import MethodUnavailable, UnknownMethod, get_optimizer_class
 from topologies.types import TeamSpec
 
@@ -43,14 +43,14 @@ def registry_key(cfg: JobConfig) -> str:
     """``centralized``, ``centralized_r8``, ``decentralized_communications_structured_soft``."""
     if cfg.registry_key:
         return cfg.registry_key
-    from optimizers.protocol import cells
+    from optimizers.protocol.grid import cells
 
     return cells.registry_key(cfg.topology, cfg.team_size, cfg.communication)
 
 
 def code_version() -> str:
     """The git commit of the checkout (metadata only: a new commit does not invalidate jobs)."""
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     try:
         out = subprocess.run(
             ["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5, check=False
@@ -88,7 +88,7 @@ def validate_config(cfg: JobConfig) -> None:
 def grid_standing(cfg: JobConfig, override_in_grid: bool | None = None) -> tuple[bool | None, bool, tuple[str, ...]]:
     """(in grid, conformant, reasons) from the grid definition; the app enforces ``allow_any_cell``."""
     try:
-        from optimizers.protocol import cells
+        from optimizers.protocol.grid import cells
     except ImportError:
         return override_in_grid, False, ("the grid definition is not available",)
     standing = cells.conformance(cfg)
@@ -215,7 +215,7 @@ def _spec(
 def method_variant(cfg: JobConfig) -> dict[str, Any]:
     """The method knobs that differ from ``conf/method/<method>.yaml`` (e.g. GEPA editing protocol
     texts): a different variant of the method, so a different cell."""
-    from optimizers.protocol import cells
+    from optimizers.protocol.grid import cells
 
     defaults = cells.method_defaults(cfg.method) or {}
     params = json_safe(dict(cfg.method_params))

@@ -33,7 +33,7 @@ from typing import Any
 
 from optimizers.candidate import Candidate
 from optimizers.journal import read_json_object
-from optimizers.protocol.config import JobConfig
+from optimizers.protocol.grid.config import JobConfig
 from optimizers.reflection import JOURNAL_NAME as REFLECTION_JOURNAL
 
 MODES = ("offline", "online", "disabled")
@@ -115,7 +115,7 @@ def _read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 def cell_label(cell: Mapping[str, Any]) -> str:
     """``tavo|centralized|qwen``: the W&B group of a grid cell (method x runtime x model)."""
-    from optimizers.protocol import cells
+    from optimizers.protocol.grid import cells
 
     runtime = cell.get("registry_key") or cell.get("topology", "?")
     return f"{cell.get('method', '?')}|{runtime}|{cells.model_key(str(cell.get('model', '?')))}"
@@ -283,7 +283,7 @@ class WandbTracker:
 
     def init_arguments(self) -> dict[str, Any]:
         """What ``wandb.init`` receives (without settings/mode); public so it can be checked."""
-        from optimizers.protocol import cells
+        from optimizers.protocol.grid import cells
 
         identity = self._identity()
         job_id = identity["job_id"] or f"{self.job.method}-{self.job.seed}"
@@ -367,7 +367,7 @@ class WandbTracker:
                 **{f"usage/reflection/{key}": value for key, value in reflection.items()}}
 
     def _log_curve_point(self, run: Any, point: Mapping[str, Any]) -> None:
-        from optimizers.protocol.report_data import curve_score
+        from optimizers.protocol.report.data import curve_score
 
         score = curve_score(point)
         if score is None:

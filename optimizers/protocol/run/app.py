@@ -37,9 +37,9 @@ from typing import Any, NoReturn
 
 import hydra
 
-from optimizers.protocol import cells
+from optimizers.protocol.grid import cells
 
-CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+CONF_DIR = Path(__file__).resolve().parents[3] / "conf"
 EXIT_USAGE = 2
 log = logging.getLogger("protocol")
 
@@ -339,7 +339,7 @@ def _is_config_error(exc: BaseException) -> bool:
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    from optimizers.protocol.hydra_config import ConfigError
+    from optimizers.protocol.run.hydra_config import ConfigError
 
     return isinstance(exc, (HydraException, OmegaConfBaseException, ConfigError, UsageError, cells.CellError))
 
@@ -403,7 +403,7 @@ def _write_config(cfg: Any, out: Path) -> None:
 
 def run_task(cfg: Any) -> dict[str, Any]:
     """Hydra's task function: config -> checks -> the engine -> one JSON line on stdout."""
-    from optimizers.protocol.hydra_config import ConfigError, check_job, job_config
+    from optimizers.protocol.run.hydra_config import ConfigError, check_job, job_config
 
     multirun, label = _hydra_context()
     try:
@@ -419,14 +419,14 @@ def run_task(cfg: Any) -> dict[str, Any]:
         return _refuse(str(exc), multirun, label)
 
     logging.getLogger().setLevel(job.log_level)
-    from optimizers.protocol.chatter import quiet_third_parties
+    from optimizers.protocol.run.chatter import quiet_third_parties
 
     quiet_third_parties(job.verbose)  # before W&B or LangChain is imported
     from optimizers.journal import read_json_object
-    from optimizers.protocol.errors import JobError
-    from optimizers.protocol.hydra_config import to_container
-    from optimizers.protocol.job import JobRuntime, run_job, summary_line
-    from optimizers.protocol.tracking import deployed_prompts_score, make_tracker
+    from optimizers.protocol.job.errors import JobError
+    from optimizers.protocol.run.hydra_config import to_container
+    from optimizers.protocol.job.engine import JobRuntime, run_job, summary_line
+    from optimizers.protocol.report.tracking import deployed_prompts_score, make_tracker
 
     finished = job.phase == "all" and (job.out / "result.json").is_file()
     # The engine probes every model endpoint before it makes the job folder, so an unreachable
@@ -472,7 +472,7 @@ def point_to_report(out: Path) -> None:
     sys.stderr.flush()
 
 
-@hydra.main(version_base="1.3", config_path="../../conf", config_name="config")
+@hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
 def _app(cfg: Any) -> dict[str, Any]:
     return run_task(cfg)
 

@@ -1,6 +1,6 @@
 """The report's trust panels: what each cell's search cost, how optimistic its incumbent looked,
 how often replies were cut, the cost-vs-gain Pareto front and the grid's minimum detectable
-effect. Numbers come from ``optimizers.protocol.trust`` (the same functions the aggregate uses).
+effect. Numbers come from ``optimizers.protocol.aggregate.trust`` (the same functions the aggregate uses).
 """
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
-from optimizers.protocol import trust
-from optimizers.protocol.report_data import CellView, ReportData
-from optimizers.protocol.report_plots import Panel, _empty, _method_colors, _pyplot
+from optimizers.protocol.aggregate import trust
+from optimizers.protocol.report.data import CellView, ReportData
+from optimizers.protocol.report.canvas import Panel, _empty, _method_colors, _pyplot
 
 POWER_FAMILY = "task"  # the aggregate's default Holm family
 
@@ -66,7 +66,7 @@ def power_rows(data: ReportData, family: str = POWER_FAMILY) -> list[dict[str, A
     sizes = [s.n for c in comparisons for s in c.seeds] or [len(j.result.example_ids) for j in data.jobs]
     if not sizes:
         return []
-    from optimizers.protocol import cells
+    from optimizers.protocol.grid import cells
 
     return trust.power_table(family, problems=max(set(sizes), key=sizes.count), seeds=len(cells.GRID_SEEDS),
                              discordance=trust.observed_discordance(comparisons), models=set(data.models))

@@ -14,8 +14,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from optimizers.protocol import cells
-from optimizers.protocol.config import PHASES, SELECTION_MODES, JobConfig, ModelSpec, TrackerSpec
+from optimizers.protocol.grid import cells
+from optimizers.protocol.grid.config import PHASES, SELECTION_MODES, JobConfig, ModelSpec, TrackerSpec
 from topologies.types import Decoding
 
 DATA_SOURCES = ("hf", "builtin")
@@ -63,7 +63,7 @@ def missing_required(cfg: Any) -> list[str]:
 
 def job_config(cfg: Any) -> JobConfig:
     """Composed DictConfig -> JobConfig (a sweep job takes its endpoint from ``endpoint_pool``)."""
-    from optimizers.protocol.endpoint_pool import EndpointPoolError, apply_endpoint_pool, hydra_job_num
+    from optimizers.protocol.run.endpoint_pool import EndpointPoolError, apply_endpoint_pool, hydra_job_num
 
     missing = missing_required(cfg)
     if len(missing) > 1:  # name them all at once (one missing setting gets its own message below)

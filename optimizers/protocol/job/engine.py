@@ -30,17 +30,17 @@ from optimizers.budget import Budget
 from optimizers.candidate import Candidate
 from optimizers.evaluator import MODE_OPTIMIZE, BudgetedEvaluator, Rollout
 from optimizers.journal import canonical_json, read_jsonl, short_hash
-from optimizers.protocol.config import JobConfig
-from optimizers.protocol.errors import JobError, PhaseOrderError
-from optimizers.protocol.evaluation import Evaluation, EvaluationCache
-from optimizers.protocol.jobspec import PROTOCOL_ID, JobIdentity, json_safe, registry_key, validate_config
-from optimizers.protocol.learning_curve import LearningCurve
-from optimizers.protocol.optimism import optimism
-from optimizers.protocol.seeds import evaluation_seed, request_seed
-from optimizers.protocol.selection import decide, find_forbidden_keys
-from optimizers.protocol.splits import SplitData, SplitIds, lcb_loader, selection_split, split_ids_for
-from optimizers.protocol.store import JobStore
-from optimizers.protocol.truncation import (
+from optimizers.protocol.grid.config import JobConfig
+from optimizers.protocol.job.errors import JobError, PhaseOrderError
+from optimizers.protocol.job.evaluation import Evaluation, EvaluationCache
+from optimizers.protocol.job.jobspec import PROTOCOL_ID, JobIdentity, json_safe, registry_key, validate_config
+from optimizers.protocol.job.learning_curve import LearningCurve
+from optimizers.protocol.job.optimism import optimism
+from optimizers.protocol.job.seeds import evaluation_seed, request_seed
+from optimizers.protocol.job.selection import decide, find_forbidden_keys
+from optimizers.protocol.job.splits import SplitData, SplitIds, lcb_loader, selection_split, split_ids_for
+from optimizers.protocol.job.store import JobStore
+from optimizers.protocol.job.truncation import (
     count_replies,
     job_truncation,
     reflection_truncation,
@@ -57,7 +57,7 @@ class JobRuntime:
     """How to run a job, never what it computes (so none of this is part of the job identity)."""
 
     tracker: Tracker | None = None  # extra tracker (e.g. W&B) next to the always-on JSONL one
-    in_grid: bool | None = None  # None: from the grid definition (optimizers.protocol.cells)
+    in_grid: bool | None = None  # None: from the grid definition (optimizers.protocol.grid.cells)
     retry_delay_s: float = 0.5  # pause before an infrastructure retry (times the attempt number)
     client_max_retries: int | None = None  # transport retries inside the model client
     client_backoff_s: float | None = None
@@ -86,7 +86,7 @@ class Job:
         # Which validation rows a method may search on, and which decide keep-or-reject.
         self.rows = selection_split(self.split_ids, cfg.selection, cfg.selection_size)
         self.base_spec = self._base_spec()
-        from optimizers.protocol.lcb_system import seed_candidate
+        from optimizers.protocol.job.lcb_system import seed_candidate
 
         self.seed_candidate: Candidate = seed_candidate(self.base_spec)
         self.identity = JobIdentity.build(
@@ -103,7 +103,7 @@ class Job:
     # ---------------------------------------------------------------- identity
 
     def _base_spec(self) -> Any:
-        from optimizers.protocol.lcb_system import base_team_spec
+        from optimizers.protocol.job.lcb_system import base_team_spec
 
         try:
             return base_team_spec(
@@ -126,7 +126,7 @@ class Job:
     def client(self) -> Any:
         if self.runtime.client_factory is not None:
             return self.runtime.client_factory(self.cfg)
-        from optimizers.protocol.lcb_system import task_client
+        from optimizers.protocol.job.lcb_system import task_client
 
         return task_client(
             self.cfg.model,
@@ -137,13 +137,13 @@ class Job:
 
     @cached_property
     def reflection(self) -> Any:
-        from optimizers.protocol.lcb_system import reflection_client
+        from optimizers.protocol.job.lcb_system import reflection_client
 
         return reflection_client(self.cfg.reflection, probe=self.runtime.probe_endpoints)
 
     @cached_property
     def system(self) -> Any:
-        from optimizers.protocol.lcb_system import LcbTeamSystem
+        from optimizers.protocol.job.lcb_system import LcbTeamSystem
 
         return LcbTeamSystem(
             base_spec=self.base_spec,
@@ -383,7 +383,7 @@ class Job:
         return record
 
     def _check_result(self, result: Any, budget: Budget) -> None:
-        from optimizers.protocol.lcb_system import apply_candidate
+        from optimizers.protocol.job.lcb_system import apply_candidate
 
         if not isinstance(result, OptimizationResult) or not isinstance(result.best, Candidate):
             raise JobError(f"method {self.cfg.method} returned {type(result).__name__}, not an OptimizationResult")
@@ -413,7 +413,7 @@ class Job:
         existing = self.store.read("selection")
         if existing is not None:
             return existing
-        from optimizers.protocol.lcb_system import apply_candidate
+        from optimizers.protocol.job.lcb_system import apply_candidate
 
         cfg = self.cfg
         self.data.search_problems()

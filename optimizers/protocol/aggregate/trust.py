@@ -5,7 +5,7 @@ aggregate and the report (no I/O).
   reflection tokens, uncharged calls (judges, probes: ``result["uncharged_calls"]``, absent =
   none), wall time of the search. Per cell: means over its seeds, and Δpp per million
   reflection tokens.
-- Optimism per cell: mean over seeds of the optimism gap (``optimizers.protocol.optimism``).
+- Optimism per cell: mean over seeds of the optimism gap (``optimizers.protocol.job.optimism``).
 - Truncation per cell: cut replies / replies, pooled over seeds, per phase and for reflection.
 - Power: the minimum detectable effect (MDE) of the grid's design: n paired binary problems per
   seed, ``seeds`` seeds, an exact McNemar test per seed, Holm's correction over a family of
@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from optimizers.protocol import stats
+from optimizers.protocol.aggregate import stats
 
 PHASES = ("optimize", "validation", "test")
 DEFAULT_DISCORDANCE = 0.2  # used when no comparison in the data has a discordant pair
@@ -201,7 +201,7 @@ class PowerDesign:
 
 def design_families(family: str, models: Iterable[str] | None = None) -> dict[str, int]:
     """Grid cells per Holm family of cell tests, as the grid is designed (``cells.grid()``)."""
-    from optimizers.protocol import cells
+    from optimizers.protocol.grid import cells
 
     wanted = None if models is None else set(models)
     counts: dict[str, int] = {}

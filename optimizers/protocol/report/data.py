@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from optimizers.journal import read_json_object
-from optimizers.protocol import aggregate, cells
+from optimizers.protocol.aggregate import summary as aggregate
+from optimizers.protocol.grid import cells
 
 UNKNOWN_DIFFICULTY = "unknown"
 DIFFICULTIES = ("easy", "medium", "hard", UNKNOWN_DIFFICULTY)

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from optimizers.journal import SealError, read_sealed, write_sealed, write_text_atomic
-from optimizers.protocol.errors import JobError, JobMismatch, VersionMismatch
+from optimizers.protocol.job.errors import JobError, JobMismatch, VersionMismatch
 
 SEALED_FILES = ("job", "optimization", "selection", "test", "result")
 SCHEMA_PREFIX = "lcb-grid"
@@ -138,7 +138,7 @@ class JobStore:
             os.close(fd)
 
 
-# Spec keys that only say which code computed a job (mirrors optimizers.protocol.jobspec).
+# Spec keys that only say which code computed a job (mirrors optimizers.protocol.job.jobspec).
 VERSION_KEYS = frozenset({"code_versions", "condition_id"})
 
 
