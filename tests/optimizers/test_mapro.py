@@ -337,7 +337,7 @@ def _cut_world() -> Any:
 
 
 def test_mapro_uses_cut_probe_and_judge_replies(tmp_path: Path) -> None:
-    from optimizers.protocol.config import ModelSpec
+    from optimizers.protocol.grid.config import ModelSpec
 
     server = _cut_world()
     try:
