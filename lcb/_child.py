@@ -18,9 +18,11 @@ command; the zygote passes it on unread. No process here ever holds an expected 
 another test's input: the harness compares what a test process left behind (stdout, or its
 encoded return value) after it has exited.
 
-The zygote sets the rlimits and Landlock write rules, compiles the program once, then forks one
-test process per "run INDEX" command. A test process confines its reads (Landlock), scopes its
-signals, applies the reliability guard and runs. The zygote enforces the wall-clock backstop,
+The zygote sets the rlimits, enters its namespaces and drops its privileges (lcb/_isolate.py),
+confines writes and reads with Landlock, installs the seccomp filter (lcb/_seccomp.py),
+compiles the program once and prepares its module, then forks one test process per
+"run INDEX" command. A test process scopes its signals (a Landlock domain of its own), applies
+the reliability guard and runs. The zygote enforces the wall-clock backstop,
 kills the test's process group, measures its CPU time, and as a child subreaper kills any
 descendant that tried to escape. It reports facts ("ran": how it ended, CPU and wall time, what
 the process said about itself); the verdict is the harness's.
@@ -53,22 +55,39 @@ import types
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, _HERE)
+import _isolate  # noqa: E402
 import _landlock  # noqa: E402
 import _returns  # noqa: E402
 import _script  # noqa: E402
+import _seccomp  # noqa: E402
 from _prelude import PRELUDE_MODULES, PRELUDE_SOURCE  # noqa: E402
 
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
-for _name in ("_landlock", "_returns", "_script", "_prelude"):
+for _name in ("_isolate", "_landlock", "_returns", "_script", "_seccomp", "_prelude"):
     del sys.modules[_name]  # model code must not find them by name
 
 for _name in PRELUDE_MODULES:
     __import__(_name)  # warm: the fork server pays the import once, every test inherits it
 PRELUDE_CODE = compile(PRELUDE_SOURCE, "<prelude>", "exec", dont_inherit=True)
 _PRELUDE_NAMESPACE: dict = {}
-exec(PRELUDE_CODE, _PRELUDE_NAMESPACE)
+exec(PRELUDE_CODE, _PRELUDE_NAMESPACE)  # also sets the recursion limit, for every process forked from here
 KNOWN_NAMES = frozenset(_PRELUDE_NAMESPACE) | frozenset(dir(builtins))
+# What the prelude binds, made once: each zygote puts it into the program's module (see
+# program_module) instead of every test process running the 35 import statements (about a
+# millisecond per test). The names the reliability guard rebinds are fetched again after the
+# guard, so the module holds exactly what running the prelude after the guard would bind
+# (tests/lcb/test_sandbox.py checks it).
+_PRELUDE_BINDINGS = {k: v for k, v in _PRELUDE_NAMESPACE.items() if k != "__builtins__"}
+_GUARD_REBINDS = ("open", "quit", "help")
 del _PRELUDE_NAMESPACE
+# The interpreter builds its Python-level AST classes on the first parse (a few milliseconds):
+# do it here once, not in every zygote.
+_script.compile_program("def _f():\n    pass\n_x = [i for i in range(1)]\n", "<warm>", known_names=KNOWN_NAMES)
+
+
+def rebind_guarded(namespace: dict) -> None:
+    for name in _GUARD_REBINDS:
+        namespace[name] = getattr(builtins, name)
 
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
@@ -195,14 +214,19 @@ def _enter_test_process(job: dict, status_w: int, stdin: int, stdout: str, stder
     os.dup2(status_w, _STATUS_FD)
     os.closerange(_STATUS_FD + 1, 1 << 20)  # the zygote's channels, the job file: gone
     cpu = math.ceil(job["cpu_limit_s"] * 1.5) + 1  # a backstop: the zygote watches the CPU clock
-    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
-    resource.setrlimit(resource.RLIMIT_FSIZE, (job["output_limit_bytes"],) * 2)
+    _lower_rlimit(resource.RLIMIT_CPU, cpu)
+    _lower_rlimit(resource.RLIMIT_FSIZE, job["output_limit_bytes"])
     if job["nproc_limit"]:  # RLIMIT_NPROC counts per user and is not enforced for root
-        resource.setrlimit(resource.RLIMIT_NPROC, (job["nproc_limit"],) * 2)
-    if job["readable"] is not None:
-        folders, files = job["readable"]
-        if not _landlock.confine_reads(folders, files, _LANDLOCK_ABI):
-            os._exit(125)  # confinement was promised for this job: never run unconfined
+        _lower_rlimit(resource.RLIMIT_NPROC, job["nproc_limit"])
+    if job["scope_tests"] and not _landlock.scope_self(_LANDLOCK_ABI):
+        os._exit(125)  # confinement was promised for this job: never run unconfined
+
+
+def _lower_rlimit(which: int, value: int) -> None:
+    """Soft and hard to ``value`` (or to the hard limit already there, if lower): never raisable."""
+    hard = resource.getrlimit(which)[1]
+    value = value if hard == resource.RLIM_INFINITY else min(value, hard)
+    resource.setrlimit(which, (value, value))
 
 
 def _report(message: dict) -> None:
@@ -248,14 +272,31 @@ def _finish_like_python(exit_code: int) -> None:
     os._exit(exit_code)
 
 
-def _fresh_module(name: str, path: str | None) -> dict:
-    module = types.ModuleType(name)
-    if path is not None:
-        module.__file__ = path
-        sys.argv = [path]
-    sys.modules[name] = module  # dataclasses & co. look classes' modules up here
+def program_module(job: dict) -> types.ModuleType:
+    """The program's module as it is before the program runs, made once per program in the
+    zygote: every test process inherits it as it is (no copying, no reference counting on the
+    prelude's objects, so fewer memory pages to copy per test)."""
+    functional = job["mode"] == "functional"
+    module = types.ModuleType("solution" if functional else "__main__")
+    if not functional:
+        module.__file__ = job["main_path"]
+        sys.argv = [job["main_path"]]  # as `python main.py` has it (this zygote needs its own no more)
     namespace = module.__dict__
     namespace[_script.SEED] = _script.seed_function(namespace)
+    namespace["__builtins__"] = builtins.__dict__  # where running the prelude would put it
+    if job["prelude"]:
+        namespace.update(_PRELUDE_BINDINGS)
+        namespace["argv"] = sys.argv  # `from sys import *` binds the list as it is when it runs
+    return module
+
+
+def _enter_module(job: dict) -> dict:
+    """In the test process, after the guard: the program's module goes live."""
+    module = job["module"]
+    sys.modules[module.__name__] = module  # dataclasses & co. look classes' modules up here
+    namespace = module.__dict__
+    if job["prelude"]:
+        rebind_guarded(namespace)  # the guard has just replaced these: bind what it left
     return namespace
 
 
@@ -268,9 +309,7 @@ def _script_process(job: dict, code, status_w: int, index: int, input_fd: int) -
                             os.devnull if graded else STDERR_FILE.format(index))
         if job["guard"]:
             reliability_guard(job["folder"])
-        namespace = _fresh_module("__main__", job["main_path"])
-        if job["prelude"]:
-            exec(PRELUDE_CODE, namespace)
+        namespace = _enter_module(job)
         exec(code, namespace)
     except SystemExit as exc:
         exit_code = _exit_code_of(exc)
@@ -296,9 +335,7 @@ def _functional_process(job: dict, code, status_w: int, index: int, input_fd: in
         os.close(quiet)
         if job["guard"]:
             reliability_guard(job["folder"])
-        namespace = _fresh_module("solution", None)
-        if job["prelude"]:
-            exec(PRELUDE_CODE, namespace)
+        namespace = _enter_module(job)
         exec(code, namespace)
         solution = namespace.get("Solution")
         target = solution() if isinstance(solution, type) else sys.modules["solution"]
@@ -349,8 +386,16 @@ class _Emitter:
                 os._exit(0)  # the harness is gone; nothing left to tell
 
 
+_CHILDREN_FD: list[int] = []  # /proc/self/task/<pid>/children, opened before /proc is out of reach
+
+
 def _children() -> list[int]:
     pid = os.getpid()
+    if _CHILDREN_FD:
+        try:
+            return [int(p) for p in os.pread(_CHILDREN_FD[0], 1 << 20, 0).split()]
+        except OSError:
+            pass
     try:
         with open(f"/proc/{pid}/task/{pid}/children") as fh:
             return [int(p) for p in fh.read().split()]
@@ -521,10 +566,43 @@ def run_test(job: dict, code, index: int, input_fd: int, commands: socket.socket
 def _set_limits(job: dict) -> None:
     memory = int(job["memory_bytes"])
     if memory > 0:
-        resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+        _lower_rlimit(resource.RLIMIT_AS, memory)
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    backstop = math.ceil(job["backstop_s"]) + 1
-    resource.setrlimit(resource.RLIMIT_CPU, (backstop, backstop + 1))
+    _lower_rlimit(resource.RLIMIT_CPU, math.ceil(job["backstop_s"]) + 1)
+
+
+_BRIDGE: list[bool] = []  # whether the interpreter is reachable for an unprivileged uid (decided once)
+
+
+def _unprivileged_can_run(folder: str) -> bool:
+    if not _BRIDGE:
+        _BRIDGE.append(_isolate.bridge_for_unprivileged(_SYSTEM_READABLE[0]))
+    return _BRIDGE[0] and _isolate.reachable_by_others(os.path.dirname(folder))
+
+
+def _least_privilege(job: dict, folder: str) -> list[str]:
+    """Namespaces, identity, capabilities, frozen rlimits (see lcb/_isolate.py); the layers in force."""
+    layers = []
+    if job["namespaces"]:
+        how = _isolate.enter_namespaces()
+        if how:
+            layers += ["netns", "ipcns"] + (["userns"] if how == "user" else [])
+    if not job["drop_privileges"]:
+        return layers
+    bounding = _isolate.drop_bounding_set()
+    if os.geteuid() == 0 and _unprivileged_can_run(folder):
+        uid = _isolate.unprivileged_id(os.getpid())
+        if _isolate.become_unprivileged(uid, folder):
+            layers.append("unprivileged-uid")
+    _isolate.clear_capabilities()
+    caps = _isolate.capability_sets()
+    if bounding and caps and not any(caps.get(k) for k in ("CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb")):
+        layers.append("no-caps")
+    if caps.get("NoNewPrivs"):
+        layers.append("no-new-privs")
+    if _isolate.freeze_rlimits():
+        layers.append("rlimits-frozen")
+    return layers
 
 
 def _nproc_limit() -> int:
@@ -582,20 +660,30 @@ def run_job(job_path: str, commands_fd: int, emit: _Emitter) -> None:
     os.environ.update({"HOME": folder, "TMPDIR": folder, "TMP": folder, "TEMP": folder})
     _libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     _set_limits(job)
+    layers = _least_privilege(job, folder)
     job["nproc_limit"] = _nproc_limit()
-    confined = bool(job["landlock"]) and _landlock.confine_writes(folder, _LANDLOCK_ABI)
-    job["readable"] = readable_paths(folder) if confined else None
-    emit("confined", landlock=confined, reads=confined and _LANDLOCK_ABI >= 1)
     job["main_path"] = os.path.join(folder, "main.py")
     job["zygote_pid"] = os.getpid()
     with open(job["main_path"], "w", encoding="utf-8") as fh:
         fh.write(job["code"])  # tracebacks show source lines
+    if "numpy" in job["code"]:
+        _warm_numpy()  # before reads are confined: numpy looks at /proc and /sys as it loads
+    _CHILDREN_FD[:] = [os.open(f"/proc/self/task/{os.getpid()}/children", os.O_RDONLY | os.O_CLOEXEC)]
+    # Once per program: writes, TCP, then reads and scopes in a nested domain. Each test process
+    # adds only a scope-only domain of its own (cheap: no paths), so it cannot signal the zygote.
+    confined = bool(job["landlock"]) and _landlock.confine_writes(folder, _LANDLOCK_ABI) \
+        and _landlock.confine_reads(*readable_paths(folder), _LANDLOCK_ABI)
+    job["scope_tests"] = confined and _LANDLOCK_ABI >= _landlock.SCOPE_ABI
+    if confined:
+        layers.append(f"landlock-{_LANDLOCK_ABI}")
+    if job["seccomp"] and _seccomp.install():
+        layers.append("seccomp")
+    emit("confined", landlock=confined, reads=confined, layers=layers)
     code, wrapped = _compile(job, emit)
     if code is None:
         emit("done")
         return
-    if "numpy" in job["code"]:
-        _warm_numpy()
+    job["module"] = program_module(job)
     gc.freeze()  # test processes inherit these objects; a collection there must not touch (copy) them
     emit("ready", wrapped=wrapped)
     commands = socket.socket(fileno=commands_fd)
@@ -636,6 +724,8 @@ def _prepare_process() -> None:
 def serve(sock_fd: int) -> None:
     """Fork server: receive (job path; result pipe, command pipe) messages; fork one zygote per job."""
     _prepare_process()
+    if os.geteuid() == 0:  # once for all zygotes: our own mount namespace, the interpreter reachable
+        _BRIDGE.append(_isolate.bridge_for_unprivileged(_SYSTEM_READABLE[0]))
     gc.freeze()  # the warm modules: forked children's collections skip them (fewer page copies)
     _libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     sock = socket.socket(fileno=sock_fd)

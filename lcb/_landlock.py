@@ -115,6 +115,18 @@ def confine_reads(folders: list[str], files: list[str], abi: int) -> bool:
     return _restrict_sized(_READ_FILE | _READ_DIR, 0, _SCOPE_SIGNAL | _SCOPE_ABSTRACT_UNIX, abi, rules)
 
 
+SCOPE_ABI = 6  # abstract unix sockets and signals scoped to the domain
+
+
+def scope_self(abi: int) -> bool:
+    """A new domain that handles no file or network access, only scopes: the caller can no
+    longer signal (or reach the abstract unix sockets of) processes outside it. Cheap (no paths),
+    so it can be paid per test process."""
+    if abi < SCOPE_ABI:
+        return False
+    return _restrict_sized(0, 0, _SCOPE_SIGNAL | _SCOPE_ABSTRACT_UNIX, abi, [])
+
+
 def _restrict_sized(handled_fs: int, handled_net: int, scoped: int, abi: int,
                     rules: list[tuple[str, int]]) -> bool:
     # The kernel rejects a ruleset struct larger than its ABI knows: ABI 1-3 read one u64

@@ -129,7 +129,7 @@ def _problems_for(predictions: list[Prediction], args: argparse.Namespace) -> li
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     from lcb.errors import LcbError
-    from lcb.records import format_table, make_record, summarize, write_jsonl_atomic
+    from lcb.records import format_table, isolation_line, make_record, summarize, write_jsonl_atomic
 
     if args.workers is not None and args.workers < 1:
         raise LcbError("--workers must be at least 1")
@@ -155,7 +155,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     ]
     summary = summarize(records)
     summary.update(
-        {"data": args.data, "tests": args.tests, "grading_s": round(time.monotonic() - started, 3)}
+        {"isolation": isolation_line(records), "data": args.data, "tests": args.tests, "grading_s": round(time.monotonic() - started, 3)}
     )
     if args.data == "hf":
         summary["release"] = args.release

@@ -162,7 +162,7 @@ def grade(problem: Problem, code: str | None, *, tests: TestSelection | str = Te
     failing = next((r for r in results if r.outcome is not Outcome.PASSED), None)
     passed = sum(r.outcome is Outcome.PASSED for r in results)
     return Verdict(problem.id, failing.outcome if failing else Outcome.PASSED, passed, len(cases),
-                   tuple(results), _feedback(problem, selection, cases, results, run))
+                   tuple(results), _feedback(problem, selection, cases, results, run), run.layers)
 
 
 _POOL_LOCK = threading.Lock()

@@ -75,6 +75,8 @@ def make_record(
     }
     if extraction_rule is not None:
         record["extraction_rule"] = extraction_rule
+    if verdict.isolation:
+        record["isolation"] = " ".join(verdict.isolation)
     record["first_failure"] = _first_failure(verdict)
     record.update(extras)
     return record
@@ -92,6 +94,13 @@ def _grouped(records: Sequence[Mapping[str, Any]], key: str) -> dict[str, dict[s
         name: {"n": len(group), "pass@1": _pass_at_1(group)}
         for name, group in sorted(groups.items())
     }
+
+
+def isolation_line(records: Sequence[Mapping[str, Any]]) -> str:
+    """One line: the sandbox layers the graded programs ran under (each distinct set, if they
+    differed: a layer can degrade for one program, e.g. when the kernel runs out of namespaces)."""
+    layer_sets = sorted({str(r["isolation"]) for r in records if r.get("isolation")})
+    return " | ".join(layer_sets) or "none (no program ran)"
 
 
 def summarize(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -132,4 +141,6 @@ def format_table(records: Sequence[Mapping[str, Any]], summary: Mapping[str, Any
     for title, key in (("difficulty", "by_difficulty"), ("platform", "by_platform")):
         parts = [f"{name} {g['pass@1']:.3f} (n={g['n']})" for name, g in summary[key].items()]
         lines.append(f"by {title}: " + ", ".join(parts))
+    if "isolation" in summary:
+        lines.append(f"sandbox: {summary['isolation']}")
     return "\n".join(lines)

@@ -11,22 +11,42 @@ What a child gets (see lcb/_child.py for the child side):
 * a scrubbed environment (minimal PATH, UTF-8 locale, no secrets from ours);
 * rlimits: address space (``LCB_FUNCTIONAL_MEMORY_BYTES``, default 4 GiB, ``0`` disables),
   CPU time (the per-test limit), file size (caps captured output), core dumps off, process
-  count for non-root users;
-* Landlock where the kernel has it: writes only inside the working folder, reads only of the
-  interpreter, its libraries and the working folder, no TCP, no signals or ptrace-style access
-  (``/proc/<pid>/mem``) to processes outside the test's domain;
+  count for non-root users; every hard limit lowered to its soft one, so none can be raised;
+* least privilege, once per program (lcb/_isolate.py): a fresh network namespace (only a
+  loopback that is down: no UDP, TCP, raw, packet or netlink traffic goes anywhere; abstract
+  unix socket names of its own) and IPC namespace (System V and POSIX IPC of its own), via an
+  unprivileged user namespace when we are not root; as root, an unprivileged uid and gid of
+  its own with no supplementary groups; no capabilities (bounding set empty) and
+  ``no_new_privs``;
+* a seccomp filter (lcb/_seccomp.py): no sockets but AF_UNIX, no new namespaces, no ptrace,
+  io_uring, bpf, perf, key ring or mounts;
+* Landlock where the kernel has it, once per program: writes only inside the working folder,
+  reads only of the interpreter, its libraries and the working folder, no TCP; per test a
+  scope-only domain (ABI 6+): no signals to and no abstract unix sockets of processes outside
+  it; no ptrace-style access (``/proc/<pid>/mem``) to processes outside the domain;
 * its own session; a per-test wall-clock backstop (generous: the limit is CPU time) kills the
   test's process group, the zygote (a child subreaper) kills any descendant that left the group,
   and a global backstop kills the zygote from here.
 
-Known limits (documented, not hidden): without Landlock, files stay readable and a same-user
-process can read other processes' memory and environment through /proc (the harness's
-included, so the expected outputs too: tests/lcb/test_answer_peeking.py shows it) and take
-descriptors from its zygote (pidfd_getfd: the next queued test's input); RLIMIT_NPROC does not bind root, where the guard and the group kills are what stops
-a fork bomb; UDP is not covered by Landlock.
+Each layer degrades on its own where the kernel does not offer it; the layers in force come
+back as ``SandboxRun.layers`` and go into every verdict, record and ``lcb.evaluate`` summary.
 
-Speed: one long-lived fork server per harness process has the interpreter started and the
-prelude modules (and numpy) imported; each program costs a fork, each test another fork.
+Known limits (documented, not hidden): without Landlock, files stay readable, and a process of
+the harness's own user (a grader not running as root, so without the uid switch) can read
+other processes' memory and environment through /proc (the harness's included, so the
+expected outputs too: tests/lcb/test_answer_peeking.py shows it with the layers off) and take
+descriptors from its zygote (pidfd_getfd: the next queued test's input); without Landlock ABI 6
+a test process can signal its own zygote (which ends the run as a sandbox error, never a pass).
+As root, where the interpreter lies below a folder others cannot enter (a Python under
+/root), the fork server covers that folder with an empty tmpfs in a mount namespace of its own
+and binds the interpreter's folders back, so the unprivileged uid can run it; where even that
+fails, programs keep uid 0 (still without capabilities) and the layers say so.
+
+Speed: one long-lived fork server per harness process has the interpreter started, the
+prelude modules imported and the AST classes built; each program costs a fork (its zygote sets
+up namespaces, identity, Landlock and seccomp once, imports numpy if the program mentions it,
+compiles the program and prepares its module with the prelude's names), each test another fork
+that only adds its scope-only Landlock domain, the guard, and runs.
 """
 
 from __future__ import annotations
@@ -98,7 +118,9 @@ class SandboxJob:
     ``mode``: ``stdin`` (compare stdout with the official comparator), ``functional`` (call
     ``fn_name`` with JSON arguments) or ``exec`` (run once, capture stdout/stderr).
     ``timeout_s`` is CPU time per test; ``wall_limit_s`` the wall-clock backstop (default
-    ``3 * timeout_s + 5``). ``landlock=False`` runs without Landlock, as on kernels without it.
+    ``3 * timeout_s + 5``). ``landlock=False`` runs without Landlock, as on kernels without it;
+    ``namespaces``, ``drop_privileges`` and ``seccomp`` switch the other layers (lcb/_isolate.py,
+    lcb/_seccomp.py) the same way: off only to show, in tests, what each one stops.
     ``wrap_top_level``: stdin programs' top-level statements run as a function body (fast
     locals, as officially; see lcb/_script.py).
     """
@@ -117,6 +139,9 @@ class SandboxJob:
     wall_limit_s: float | None = None
     landlock: bool = True
     wrap_top_level: bool = True
+    namespaces: bool = True
+    drop_privileges: bool = True
+    seccomp: bool = True
 
     @property
     def wall_s(self) -> float:
@@ -141,6 +166,7 @@ class SandboxJob:
             "cpu_limit_s": cpu, "wall_limit_s": self.wall_s, "memory_bytes": self.memory_bytes,
             "output_limit_bytes": self.output_limit_bytes, "guard": self.guard, "prelude": self.prelude,
             "backstop_s": self.backstop_s, "landlock": self.landlock, "wrap_top_level": self.wrap_top_level,
+            "namespaces": self.namespaces, "drop_privileges": self.drop_privileges, "seccomp": self.seccomp,
         }
 
 
@@ -153,6 +179,7 @@ class SandboxRun:
     error: str = ""
     landlock: bool = False
     duration_s: float = 0.0
+    layers: tuple[str, ...] = ()  # the isolation layers in force (see ``describe_layers``)
 
     def of_kind(self, kind: str) -> list[dict[str, Any]]:
         return [e for e in self.events if e.get("event") == kind]
@@ -473,5 +500,6 @@ def run_in_sandbox(job: SandboxJob, *, use_fork_server: bool = True) -> SandboxR
     finished = any(e.get("event") == "done" for e in events)
     error = errors[0] if errors else "" if finished or backstop_hit else "the sandbox ended without reporting"
     confined = any(e.get("event") == "confined" and e.get("landlock") for e in events)
+    layers = next((tuple(map(str, e.get("layers") or ())) for e in events if e.get("event") == "confined"), ())
     return SandboxRun(tuple(events), backstop_hit=backstop_hit, error=error, landlock=confined,
-                      duration_s=time.monotonic() - began)
+                      duration_s=time.monotonic() - began, layers=layers)

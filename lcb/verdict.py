@@ -41,7 +41,8 @@ class Verdict:
     """A program's grade on one problem.
 
     ``feedback`` is short text safe to show an optimizer: counts and outcome kinds only,
-    never hidden-test inputs or outputs.
+    never hidden-test inputs or outputs. ``isolation``: the sandbox layers that were in force
+    (lcb/sandbox.py ``describe_layers``), empty when nothing ran.
     """
 
     problem_id: str
@@ -50,6 +51,7 @@ class Verdict:
     total: int
     tests: tuple[TestResult, ...]
     feedback: str
+    isolation: tuple[str, ...] = ()
 
     @property
     def solved(self) -> bool:

@@ -9,6 +9,14 @@ any grader: a few shipped solutions compute for 3-20 s on a test here, in either
     .venv/bin/python benchmarks/perf/grading_speed.py [--limit N] [--workers W] [--timeout S]
     .venv/bin/python benchmarks/perf/grading_speed.py --against f1db267 [--limit N]   # vs an older grader
     .venv/bin/python benchmarks/perf/grading_speed.py --load [--limit N]              # quiet vs CPU hogs
+    .venv/bin/python benchmarks/perf/grading_speed.py --against-lcb-runner LCB_CHECKOUT [--limit N]
+
+``--against-lcb-runner DIR`` grades the same programs' public tests with our grader and with
+LiveCodeBench's own harness (``lcb_runner.evaluation.codegen_metrics`` from the checkout DIR,
+imported by ``--lcb-python``, default this interpreter), side by side in one run, each with 2
+processes and the official 6 s limit, and prints both wall times, the ratio (target: ours >= 2x
+as fast) and how often the two agree on whether a program passes. LiveCodeBench's code is only
+run, never copied here.
 
 ``--against REF`` grades the same programs with this checkout's grader and with the grader of
 git revision REF (exported to a temporary folder), each in its own fresh process, and prints
@@ -134,6 +142,8 @@ def _worker(args) -> int:
     from lcb import sandbox
 
     items = _load_items(args.limit)
+    if args.only:
+        items = [items[int(i)] for i in args.only.split(",")]
     ours(*items[0], args.timeout)  # fork server up outside the timed region
     before = resource.getrusage(resource.RUSAGE_SELF)
     results, times, wall = _timed(ours, items, args.workers, args.timeout)
@@ -149,11 +159,88 @@ def _worker(args) -> int:
 def _run_worker(code_root: Path, args, timeout_s: float) -> dict:
     env = {**os.environ, "LCB_BENCH_CODE_ROOT": str(code_root)}
     argv = [sys.executable, str(Path(__file__).resolve()), "--worker", "--workers", str(args.workers),
-            "--timeout", str(timeout_s)] + (["--limit", str(args.limit)] if args.limit else [])
+            "--timeout", str(timeout_s)] + (["--limit", str(args.limit)] if args.limit else []) + (
+        ["--only", args.only] if getattr(args, "only", None) else [])
     done = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"worker for {code_root} failed: {done.stderr.strip()[-500:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+_LCB_DRIVER = """
+import json, resource, sys, time
+sys.setrecursionlimit(10000)
+from lcb_runner.evaluation import codegen_metrics
+samples, generations, workers, timeout = json.load(sys.stdin)
+def cpu():
+    return sum(u.ru_utime + u.ru_stime for u in map(resource.getrusage, (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)))
+cpu_before = cpu()  # grading only, not this interpreter's start and imports
+began = time.perf_counter()
+_metrics, results, _meta = codegen_metrics(samples, generations, k_list=[1], num_process_evaluate=workers,
+                                           timeout=timeout)
+wall = time.perf_counter() - began
+print(json.dumps({"wall_s": wall, "cpu_s": cpu() - cpu_before, "solved": [all(r is True for r in results[i][0]) and bool(results[i][0])
+                                              for i in range(len(samples))]}))
+"""
+
+
+def _lcb_runner(args, items: list[tuple[Problem, str]]) -> dict:
+    """LiveCodeBench's own harness on the items' public tests, in its own process."""
+    samples = [{"input_output": json.dumps({"inputs": [c.input for c in p.public_tests],
+                                            "outputs": [c.output for c in p.public_tests],
+                                            "fn_name": p.fn_name})} for p, _ in items]
+    generations = [[code] for _, code in items]
+    env = {**os.environ, "PYTHONPATH": str(Path(args.against_lcb_runner).resolve()), "TOKENIZERS_PARALLELISM": "false"}
+    done = subprocess.run([args.lcb_python, "-c", _LCB_DRIVER], input=json.dumps([samples, generations, 2, 6]),
+                          env=env, capture_output=True, text=True, check=False, cwd=tempfile.gettempdir())
+    if done.returncode != 0:
+        raise RuntimeError(f"lcb_runner failed: {done.stderr.strip()[-800:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def _side_by_side(args, items: list[tuple[Problem, str]], picked: list[int] | None = None) -> dict:
+    """Both graders on the same programs (``picked``: their indices in the shared list)."""
+    if picked is not None:
+        args.only = ",".join(map(str, picked))
+        items = [items[i] for i in picked]
+    ours_run = _run_worker(ROOT, args, 6.0)
+    lcb_run = _lcb_runner(args, items)
+    ours_solved = [all(v) and bool(v) for v in ours_run["verdicts"]]
+    agree = sum(a == b for a, b in zip(ours_solved, lcb_run["solved"]))
+    differing = [f"{items[i][0].id}: ours {a} lcb {b}"
+                 for i, (a, b) in enumerate(zip(ours_solved, lcb_run["solved"])) if a != b]
+    return {"programs": len(items), "tests": ours_run["tests"],
+            "ours_wall_s": round(ours_run["wall_s"], 1), "lcb_runner_wall_s": round(lcb_run["wall_s"], 1),
+            "ratio_lcb_over_ours": round(lcb_run["wall_s"] / ours_run["wall_s"], 2),
+            # CPU seconds of everything each grader started: what grading costs the machine,
+            # much less disturbed than wall time by whatever else the machine is doing
+            "ours_cpu_s": round(ours_run["cpu_s"], 1), "lcb_runner_cpu_s": round(lcb_run["cpu_s"], 1),
+            "cpu_ratio_lcb_over_ours": round(lcb_run["cpu_s"] / ours_run["cpu_s"], 2),
+            "verdicts_agree": f"{agree}/{len(items)}", "differing": differing[:20],
+            "_times": ours_run["times"]}
+
+
+def _against_lcb_runner(args) -> int:
+    checkout = Path(args.against_lcb_runner)
+    if not (checkout / "lcb_runner" / "evaluation" / "compute_code_generation_metrics.py").is_file():
+        print(f"error: {checkout} is not a LiveCodeBench checkout (no lcb_runner/evaluation)", file=sys.stderr)
+        return 2
+    items = _load_items(args.limit)
+    args.workers, args.timeout = 2, 6.0  # LiveCodeBench's setting, for both graders
+    everything = _side_by_side(args, items)
+    # A few shipped programs compute for seconds per test. On them both graders wait for the
+    # program, and under load a CPU-time limit (ours) waits longer than a wall-clock one
+    # (LiveCodeBench's gives up after 6 s of wall time, however little CPU the program got).
+    # The harnesses themselves are compared on the rest, side by side again.
+    times = everything.pop("_times")
+    fast = [i for i, (problem, _) in enumerate(items) if times[i] < 1.0 * len(problem.public_tests)]
+    report = {"workers_each": 2, "timeout_s": 6, "all_programs": everything}
+    if len(fast) < len(items):
+        report["without_slow_programs"] = _side_by_side(args, items, fast)
+        report["without_slow_programs"].pop("_times")
+        report["slow_programs"] = [items[i][0].id for i in range(len(items)) if i not in set(fast)]
+    print(json.dumps(report, indent=2))
+    return 0
 
 
 def _differing(a: list[list[bool]], b: list[list[bool]]) -> int:
@@ -219,7 +306,12 @@ def main() -> int:
     parser.add_argument("--against", metavar="REF", help="compare throughput with the grader of git revision REF")
     parser.add_argument("--rounds", type=int, default=3, help="--against: alternating runs per grader (median)")
     parser.add_argument("--load", action="store_true", help="verdicts quiet vs beside a CPU hog per core")
+    parser.add_argument("--against-lcb-runner", metavar="DIR",
+                        help="compare with LiveCodeBench's codegen_metrics from the checkout DIR")
+    parser.add_argument("--lcb-python", default=sys.executable,
+                        help="--against-lcb-runner: the interpreter that can import lcb_runner's evaluation")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--only", default=None, help=argparse.SUPPRESS)  # --worker: these item indices
     args = parser.parse_args()
     if args.limit is not None and args.limit < 1:
         parser.error("--limit must be at least 1")
@@ -230,6 +322,8 @@ def main() -> int:
         return 0
     if args.worker:
         return _worker(args)
+    if args.against_lcb_runner:
+        return _against_lcb_runner(args)
     if args.against:
         return _against(args)
     if args.load:

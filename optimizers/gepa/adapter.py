@@ -45,6 +45,10 @@ class EngineCancelled(RuntimeError):
     """The job stopped waiting for the engine (cancellation); end the engine thread."""
 
 
+class NoUsableProposal(RuntimeError):
+    """The reflection model's reply was empty, failed or cut off: there is no proposal to read."""
+
+
 class MetricCallCapReached(RuntimeError):
     """A batch would cross a hard metric-call cap: the engine ends here (a stop, not an error)."""
 
@@ -60,6 +64,11 @@ class GEPAWatch:
     max_idle_iterations: int
     cap_stop_reason: str = STOP_MAX_FULL_EVALS
     hard_metric_cap: bool = False  # True: ``admit`` refuses a batch that would cross the cap
+    # What the cap counts: the engine's metric calls (GEPA, like gepa's own max_metric_calls), or
+    # charged rollouts since the engine started (MAMUT-GEPA: a call served from the rollout cache
+    # costs nothing, so it does not use up the cap).
+    cap_counts_charged: bool = False
+    charged_at_start: int = 0
     metric_calls: int = 0  # problem evaluations the engine asked the adapter for
     exhausted: bool = False
     fatal: BaseException | None = None
@@ -86,18 +95,33 @@ class GEPAWatch:
             return STOP_BUDGET
         if self.plateau_patience is not None and self.evals_without_improvement >= self.plateau_patience:
             return STOP_PLATEAU
-        if self.metric_call_cap is not None and state.total_num_evals >= self.metric_call_cap:
+        if self.metric_call_cap is not None and self.cap_usage(state) >= self.metric_call_cap:
             return self.cap_stop_reason
         if self.idle_iterations >= self.max_idle_iterations:
             return STOP_STALLED
         return None
 
-    def admit(self, batch_size: int) -> None:
-        """Count a batch of metric calls; under a hard cap, refuse one that would cross it."""
+    @property
+    def charged_since_start(self) -> int:
+        return self.budget.charged - self.charged_at_start
+
+    def cap_usage(self, state: Any) -> int:
+        """What the metric-call cap has used up so far."""
+        return self.charged_since_start if self.cap_counts_charged else int(state.total_num_evals)
+
+    def admit(self, batch_size: int, new_rollouts: int | None = None) -> None:
+        """Count a batch of metric calls; under a hard cap, refuse one that would cross it.
+
+        ``new_rollouts``: how many of the batch are not served from the rollout cache (each may
+        be charged); what a batch adds to the cap when it counts charged rollouts."""
         cap = self.metric_call_cap
-        if self.hard_metric_cap and cap is not None and self.metric_calls + batch_size > cap:
+        if self.cap_counts_charged:
+            used, adds = self.charged_since_start, batch_size if new_rollouts is None else new_rollouts
+        else:
+            used, adds = self.metric_calls, batch_size
+        if self.hard_metric_cap and cap is not None and used + adds > cap:
             self.stop_reason = self.stop_reason or self.cap_stop_reason
-            raise MetricCallCapReached(f"{self.metric_calls} + {batch_size} metric calls would cross the cap {cap}")
+            raise MetricCallCapReached(f"{used} + {adds} would cross the metric-call cap {cap}")
         self.metric_calls += batch_size
 
     # -- gepa callbacks -------------------------------------------------------------------------
@@ -226,6 +250,7 @@ class LcbGEPAAdapter:
         self.bridge = bridge
         self.guard = guard
         self.watch = bridge.watch
+        self._served: set[tuple[str, str]] = set()  # (candidate id, problem id) already run: cache hits
 
     def _phase(self, problem_id: str) -> str:
         if problem_id in self.train_ids:
@@ -237,8 +262,8 @@ class LcbGEPAAdapter:
     def evaluate(self, batch: list[str], candidate: dict[str, str], capture_traces: bool = False) -> Any:
         from gepa.core.adapter import EvaluationBatch
 
-        self.watch.admit(len(batch))
         ours = self.book.candidate(candidate)
+        self.watch.admit(len(batch), sum(1 for p in batch if (ours.id, p) not in self._served))
         by_phase: dict[str, list[str]] = {}
         for problem_id in batch:
             by_phase.setdefault(self._phase(problem_id), []).append(problem_id)
@@ -253,6 +278,8 @@ class LcbGEPAAdapter:
                 results[rollout.problem_id] = _Trace(rollout, phase)
                 if rollout.budget_exhausted:
                     self.watch.exhausted = True
+                else:
+                    self._served.add((ours.id, rollout.problem_id))
                 if phase == "val":
                     if rollout.usable:
                         self.book.val_scores.setdefault(ours.id, {})[rollout.problem_id] = rollout.score
@@ -272,11 +299,13 @@ class LcbGEPAAdapter:
             for trace in eval_batch.trajectories or ():
                 if not trace.rollout.usable:
                     continue  # a rollout that never ran has nothing to reflect on
-                records.append(self._record(key, trace.rollout))
+                record = self._record(key, trace.rollout)
+                if record is not None:  # None: this row has nothing for this component
+                    records.append(record)
             dataset[key] = records
         return dataset
 
-    def _record(self, key: str, rollout: Rollout) -> dict[str, Any]:
+    def _record(self, key: str, rollout: Rollout) -> dict[str, Any] | None:
         trace = rollout.trace
         record: dict[str, Any] = {"Problem": task_text(trace, 1800)}
         if key.startswith("role/"):
@@ -323,7 +352,7 @@ def ask_for_proposal(model: ReflectionModel, bridge: LoopBridge, prompt: str, **
         bridge.watch.fatal = exc
         raise
     if not reply or not reply.strip():
-        raise RuntimeError("the reflection model gave no usable proposal")
+        raise NoUsableProposal("the reflection model gave no usable proposal")
     return reply
 
 

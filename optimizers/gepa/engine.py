@@ -50,6 +50,7 @@ class EngineSettings:
     metric_call_cap: int | None
     cap_stop_reason: str
     hard_metric_cap: bool  # True: refuse a batch that would cross the cap (not only between iterations)
+    cap_counts_charged: bool  # True: the cap counts charged rollouts (cache hits are free), else engine calls
     max_idle_iterations: int
     max_unusable_rollouts: int
 
@@ -146,6 +147,8 @@ class EngineRun:
             max_idle_iterations=settings.max_idle_iterations,
             cap_stop_reason=settings.cap_stop_reason,
             hard_metric_cap=settings.hard_metric_cap,
+            cap_counts_charged=settings.cap_counts_charged,
+            charged_at_start=ctx.budget.charged,
         )
         self.bridge = LoopBridge(asyncio.get_running_loop(), self.watch)
         self.book = CandidateBook(seed=seed, keys=self.keys)

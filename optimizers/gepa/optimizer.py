@@ -88,6 +88,7 @@ class GEPAOptimizer(Optimizer):
             metric_call_cap=None if params.max_full_evals is None else params.max_full_evals * (len(train) + len(val)),
             cap_stop_reason=STOP_MAX_FULL_EVALS,
             hard_metric_cap=False,
+            cap_counts_charged=False,
             **shared_knobs(params),
         )
         run = EngineRun("gepa", seed, keys, train=train, val=val, ctx=ctx, settings=settings)

@@ -1,97 +1,148 @@
-"""HiveMind's prompt "metamorphosis": lessons from the target role's winning and losing cases.
+"""HiveMind's prompt "metamorphosis": lesson blocks from the target role's winning and losing cases.
 
-The reflection model reads cases of one role (the problem, that role's own turns in the full
-team's run, the verdict) and writes a few generic lessons between ``<lessons>`` markers. A
-candidate prompt is always the role's *seed* prompt plus a "Lessons learned" list of the most
-recent lessons (append-only log, newest last), so prompts never drift by repeated rewriting.
+The reflection model reads this cycle's cases of one prompt (the problem, that prompt's own
+output in the full team's run, grouped into losing and winning runs) and the prompt's Shapley
+value, and writes one *block* of 3-5 generic lessons between ``<lessons>`` markers. A block is
+the unit the method keeps: an accepted block is appended to the prompt's log, and a candidate
+prompt is always the role's *seed* prompt plus a "Lessons learned" section holding the newest
+``max_lessons`` blocks (the accepted ones, then this cycle's), so prompts never drift by
+repeated rewriting (reference: ``extract_lessons``/``metamorphose``).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from optimizers.reflection import clip, outcome_line, render_trace, task_text
-
 LESSONS_HEADER = "Lessons learned:"
 START, END = "<lessons>", "</lessons>"
-_BULLET = re.compile(r"^\s*(?:[-*•]|\d+[.)])\s*")
+_BLOCK = re.compile(re.escape(START) + r"(.*?)" + re.escape(END), re.DOTALL)
+_LIST_ITEM = re.compile(r"^(?:[-*]|\d+[.)])\s+")
+_NUMBERED = re.compile(r"^\d+[.)]\s+")
+_PLACEHOLDER = re.compile(r"<lesson\s*\d*>", re.IGNORECASE)
+NOT_ACTIVE = "(this agent was never activated in this run)"
 
 
 @dataclass(frozen=True, slots=True)
 class Case:
+    """One row of the full team's run, as the reflection model sees it."""
+
     problem_id: str
-    question: str
-    output: str  # the role's own turns in the run
-    outcome: str  # score and verdict feedback (never hidden-test content)
+    question: str  # the problem, whitespace-collapsed and cut
+    output: str  # the target prompt's own output, whitespace-collapsed and cut
     score: float
 
 
-def with_lessons(seed_prompt: str, lessons: Sequence[str]) -> str:
-    """The seed prompt followed by the lessons (the seed prompt itself when there are none)."""
-    if not lessons:
-        return seed_prompt
-    items = "\n".join(f"- {lesson}" for lesson in lessons)
-    return f"{seed_prompt.rstrip()}\n\n{LESSONS_HEADER}\n{items}"
+@dataclass(frozen=True, slots=True)
+class CaseLimits:
+    """How much the reflection model reads (reference: 6 cases a side, 300 and 400 characters)."""
+
+    max_cases: int
+    problem_chars: int
+    output_chars: int
 
 
-def parse_lessons(text: str | None, *, limit: int) -> list[str]:
-    """The lessons between the markers (or, without markers, the bulleted lines), deduplicated."""
+def parse_block(text: str | None) -> str:
+    """The lesson block of a reply: the last non-empty marked block, one ``- `` bullet per line.
+
+    Without markers only list items (``-``, ``*``, ``1.``) count. Template placeholders such as
+    ``<lesson 1>`` are dropped. An empty string means the reply held no lesson.
+    """
     if not text:
-        return []
-    start, end = text.rfind(START), text.rfind(END)
-    body = text[start + len(START):end] if 0 <= start < end else text
-    lines = body.splitlines()
-    if not (0 <= start < end):
-        lines = [line for line in lines if _BULLET.match(line)]  # no markers: only list items count
-    lessons: list[str] = []
-    for line in lines:
-        lesson = " ".join(_BULLET.sub("", line).split())
-        if lesson and lesson not in lessons:
-            lessons.append(lesson[:600])
-        if len(lessons) >= limit:
-            break
-    return lessons
+        return ""
+    blocks = [block for block in _BLOCK.findall(text) if block.strip()]
+    body = blocks[-1] if blocks else text
+    lines = []
+    for raw in body.splitlines():
+        line = _PLACEHOLDER.sub("", raw).strip()
+        if not line.lstrip("-* ").strip():
+            continue
+        if not blocks and not _LIST_ITEM.match(line):
+            continue  # no markers: prose around a list is not a lesson
+        line = _NUMBERED.sub("", line)
+        line = re.sub(r"^([-*])\s+", r"\1 ", line)
+        lines.append(line if line.startswith(("-", "*")) else f"- {line}")
+    return "\n".join(lines).strip()
 
 
-def cases_of(rollouts: Sequence[Any], role: str, *, fail_below: float, max_cases: int) -> tuple[list[Case], list[Case]]:
-    """(winning, losing) cases of ``role`` from full-team rollouts, split at ``fail_below``."""
-    winning: list[Case] = []
+def with_lessons(seed_prompt: str, blocks: Sequence[str], *, keep: int) -> str:
+    """The seed prompt followed by the newest ``keep`` lesson blocks (the seed prompt itself when
+    there are none)."""
+    kept = [block for block in blocks if block.strip()][-keep:]
+    if not kept:
+        return seed_prompt
+    return f"{seed_prompt.rstrip()}\n\n{LESSONS_HEADER}\n" + "\n".join(kept)
+
+
+def _collapse(text: str, limit: int) -> str:
+    return " ".join(text.split())[:limit]
+
+
+def own_output(trace: Sequence[Mapping[str, Any]], role: str, *, replicas: bool) -> str:
+    """What the target prompt produced in one run.
+
+    A prompt run by one agent: its last three turns. A prompt shared by replicas (independent,
+    decentralized): every replica's turns, each labelled, so the reflection sees all players of
+    the parameter rather than pretending it is one agent.
+    """
+    turns = [m for m in trace if m.get("source") == role and m.get("kind") not in ("system", "user")
+             and str(m.get("content") or "").strip()]
+    if not replicas:
+        return "\n---\n".join(str(m.get("content")) for m in turns[-3:]) or NOT_ACTIVE
+    by_agent: dict[str, list[str]] = {}
+    for message in turns:
+        by_agent.setdefault(str(message.get("agent") or role), []).append(str(message.get("content")))
+    return "\n---\n".join(f"{role} replica {agent}: " + "\n".join(texts)
+                          for agent, texts in by_agent.items()) or NOT_ACTIVE
+
+
+def cases_of(rollouts: Sequence[Any], role: str, question: Any, *, replicas: bool, fail_below: float,
+             limits: CaseLimits) -> tuple[list[Case], list[Case]]:
+    """(losing, winning) cases of ``role`` from full-team rollouts, split at ``fail_below``.
+
+    ``question(rollout)`` gives the problem text of a rollout."""
     losing: list[Case] = []
+    winning: list[Case] = []
     for rollout in rollouts:
-        case = Case(rollout.problem_id, task_text(rollout.trace, 1500),
-                    render_trace(rollout.trace, role=role, each=1200, total=3000) or "(this role did not act)",
-                    outcome_line(rollout), rollout.score)
-        (winning if rollout.score >= fail_below else losing).append(case)
-    return winning[:max_cases], losing[:max_cases]
+        case = Case(rollout.problem_id, _collapse(question(rollout), limits.problem_chars),
+                    _collapse(own_output(rollout.trace, role, replicas=replicas), limits.output_chars),
+                    rollout.score)
+        (losing if rollout.score < fail_below else winning).append(case)
+    return losing[:limits.max_cases], winning[:limits.max_cases]
 
 
-def _render(cases: Sequence[Case], title: str) -> str:
+def _render(cases: Sequence[Case]) -> str:
     if not cases:
-        return f"## {title}\n(none)"
-    blocks = [f"### Case {i + 1}: problem {c.problem_id}\nProblem:\n{c.question}\n\nThis role's turns:\n{c.output}"
-              f"\n\nOutcome: {clip(c.outcome, 600)}" for i, c in enumerate(cases)]
-    return f"## {title}\n" + "\n\n".join(blocks)
+        return "(none)"
+    return "\n".join(f"[case {i}] problem: {case.question}\n         agent output: {case.output}"
+                     for i, case in enumerate(cases, 1))
 
 
-WEAKEST = ("Its weakest contributor in recent runs is the `{role}` role (measured by Shapley value: what the "
-           "team gains when this role's agents take part).")
-ROTATION = "This cycle refines the `{role}` role, which leads the team and is always part of it."
-
-
-def lessons_prompt(*, role: str, team: str, prompt: str, winning: Sequence[Case], losing: Sequence[Case],
-                   fewest: int, most: int, why: str = WEAKEST) -> str:
-    """The request for lessons; ``why`` says why this role was chosen (``WEAKEST`` or ``ROTATION``)."""
+def lessons_prompt(*, role: str, team: str, shapley: float | None, losing: Sequence[Case],
+                   winning: Sequence[Case], fewest: int, most: int, revision: int) -> str:
+    """The request for one lesson block. ``shapley`` None: the role is in every coalition (a
+    centralized manager), so no contribution was measured for it."""
+    if shapley is None:
+        measured = ("It leads the team and takes part in every run, so no contribution was measured for it; "
+                    "this cycle refines it in turn.")
+    else:
+        measured = (f"Its measured contribution this cycle (Shapley value over the team's score): {shapley:.4f}. "
+                    "A low or negative value means it is holding the team back.")
     return "\n\n".join([
-        f"The team is {team}. " + why.format(role=role),
-        f"## The `{role}` role's current prompt\n{prompt}",
-        _render(losing, "Losing cases (the team failed)"),
-        _render(winning, "Winning cases (the team succeeded)"),
-        f"Write {fewest} to {most} short, generic lessons for the `{role}` role: habits that would turn the "
-        "losing cases into wins without breaking the winning ones. Lessons must hold for any problem "
-        "(no problem-specific details, no code), and must not change the role's responsibilities in the "
-        f"team or its output format. Put them one per line, each starting with '- ', between {START} and "
-        f"{END}.",
+        f"You refine ONE role inside {team} that solves competitive programming problems (stdin/stdout "
+        "programs or LeetCode-style class methods) graded by hidden tests.",
+        f"Target role: `{role}`. {measured}",
+        "Below are this cycle's runs of the whole team: the problem, the target role's own output, and "
+        "whether the TEAM's final answer was right.",
+        f"LOSING runs (the team's answer was wrong):\n{_render(losing)}",
+        f"WINNING runs (the team's answer was right):\n{_render(winning)}",
+        "Compare the role's behaviour in losing and winning runs: which habits, mistakes or omissions "
+        "recur when the team loses, and which good habits show when it wins?",
+        f"Write {fewest} to {most} short, general LESSONS the role should follow from now on. Each is a "
+        "concrete instruction about HOW the role works (never about a particular problem or value); do "
+        "not restate the role's job or change its output format, only add guidance on top of it.",
+        f"Revision {revision}. Reply with the lessons only, one per line starting with '- ', between "
+        f"{START} and {END}.",
     ])

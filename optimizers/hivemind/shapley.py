@@ -42,21 +42,22 @@ class CoalitionPlan:
         return exact_shapley(self.players, value)
 
 
-def _ordered(coalitions: set[Coalition], players: Sequence[str]) -> tuple[Coalition, ...]:
-    rank = {p: i for i, p in enumerate(players)}
-    return tuple(sorted(coalitions, key=lambda c: (len(c), sorted(rank[p] for p in c))))
+def _ordered(coalitions: set[Coalition]) -> tuple[Coalition, ...]:
+    """Smallest first, then by the sorted member names (the reference's coalition order)."""
+    return tuple(sorted(coalitions, key=lambda c: (len(c), "+".join(sorted(c)))))
 
 
 def power_set(players: Sequence[str]) -> tuple[Coalition, ...]:
     subsets = {frozenset(c) for size in range(len(players) + 1) for c in itertools.combinations(players, size)}
-    return _ordered(subsets, players)
+    return _ordered(subsets)
 
 
 def plan_coalitions(players: Sequence[str], max_coalitions: int, rng: random.Random) -> CoalitionPlan:
     """The exact power set while it fits ``max_coalitions``, else permutation prefixes that do.
 
-    With n players, ``(max_coalitions - 2) // (n - 1)`` orderings (at least one) are drawn; their
-    prefixes share the empty and the grand coalition.
+    With n players, ``(max_coalitions - 2) // (n - 1)`` orderings (at least one) are drawn, each
+    as ``rng.sample(players, n)`` (the reference's draw, so a seed gives the reference's plan);
+    their prefixes share the empty and the grand coalition. The plan is drawn once per run.
     """
     players = tuple(players)
     if len(set(players)) != len(players):
@@ -64,14 +65,12 @@ def plan_coalitions(players: Sequence[str], max_coalitions: int, rng: random.Ran
     n = len(players)
     if 2**n <= max_coalitions:
         return CoalitionPlan(players, power_set(players))
+    if max_coalitions < n + 1:
+        raise ValueError(f"max_coalitions must hold every prefix of one ordering ({n + 1} for {n} players)")
     count = max(1, (max_coalitions - 2) // max(1, n - 1))
-    permutations = []
-    for _ in range(count):
-        order = list(players)
-        rng.shuffle(order)
-        permutations.append(tuple(order))
+    permutations = [tuple(rng.sample(players, n)) for _ in range(count)]
     prefixes = {frozenset(order[:k]) for order in permutations for k in range(n + 1)}
-    return CoalitionPlan(players, _ordered(prefixes, players), tuple(permutations))
+    return CoalitionPlan(players, _ordered(prefixes), tuple(permutations))
 
 
 def exact_shapley(players: Sequence[str], value: Mapping[Coalition, float]) -> dict[str, float]:

@@ -3,10 +3,12 @@
 It reuses GEPA's adapter for evaluation (budgeted rollouts, candidate book, validation
 bookkeeping) and changes the two things the method is about:
 
-- ``make_reflective_dataset``: for each role to update, one record per row with the task, the
-  *whole* source-tagged team trajectory (who said what), the submitted program, that role's own
-  turns, and our verdict feedback (score, outcome, passed k/n; never hidden-test content).
-  Every role is judged by the team's trajectory-level score;
+- ``make_reflective_dataset``: for each role to update, one record per row in which that role
+  acted: the task, the component, the *whole* source-tagged team trajectory (who said what), that
+  role's own turns, and the feedback. As in the reference the feedback is only the team's global
+  score and status (``Global team score=1.000000; status=success``): every role is judged by the
+  team's trajectory-level score. ``rich_feedback`` adds the submitted program and our verdict
+  (outcome, passed k/n; never hidden-test content);
 - ``propose_new_texts``: renders gepa's instruction-proposal prompt with MAMUT's template (keep
   the role self-contained, its responsibilities in the topology and its output contract), asks
   the reflection model at the method's temperature and reads the text between the BEGIN/END
@@ -22,12 +24,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from optimizers.evaluator import Rollout
-from optimizers.gepa.adapter import LcbGEPAAdapter, ask_for_proposal
+from optimizers.gepa.adapter import LcbGEPAAdapter, NoUsableProposal, ask_for_proposal
 from optimizers.reflection import (
     ReflectionModel,
     agents_in_trace,
     clip,
-    extract_fenced,
     outcome_line,
     render_trace,
     task_text,
@@ -36,18 +37,25 @@ from optimizers.reflection import (
 
 BEGIN = "BEGIN_PROMPT"
 END = "END_PROMPT"
+_FENCED = re.compile(r"```[^\n]*\n(.*?)```", re.DOTALL)
 _MARKED = re.compile(rf"^[ \t]*{BEGIN}[ \t]*\n(.*?)\n[ \t]*{END}[ \t]*$", re.DOTALL | re.MULTILINE)
 
 
 @dataclass(frozen=True, slots=True)
 class RecordLimits:
-    """How much of a row the reflection model reads (characters)."""
+    """How much of a row the reflection model reads (characters), and how rich its feedback is."""
 
     task_chars: int
     message_chars: int
     trajectory_chars: int
     own_turns_chars: int
     program_chars: int
+    rich_feedback: bool = False  # True: + submitted program and verdict (outcome, passed k/n)
+
+
+def global_feedback(rollout: Rollout) -> str:
+    """The reference's feedback text: the team's score and status, nothing else."""
+    return f"Global team score={rollout.score:.6f}; status={rollout.status.value}"
 
 
 @dataclass
@@ -58,6 +66,7 @@ class ProposalTally:
     changed: int = 0  # components that got a new text
     unchanged: int = 0  # the model returned the current text: nothing to evaluate
     unreadable: int = 0  # no text between the markers (nor in a fenced block)
+    no_reply: int = 0  # the reflection call gave nothing usable (empty, failed, cut off)
     skipped_proposals: int = 0  # proposals in which no component changed (gepa evaluates nothing)
     by_component: dict[str, dict[str, int]] = field(default_factory=dict)
 
@@ -68,7 +77,7 @@ class ProposalTally:
 
     def as_dict(self) -> dict[str, Any]:
         return {"asked": self.asked, "changed": self.changed, "unchanged": self.unchanged,
-                "unreadable": self.unreadable, "skipped_proposals": self.skipped_proposals,
+                "unreadable": self.unreadable, "no_reply": self.no_reply, "skipped_proposals": self.skipped_proposals,
                 "by_component": {k: dict(v) for k, v in sorted(self.by_component.items())}}
 
 
@@ -78,18 +87,53 @@ def component_label(key: str) -> str:
     return f"the team protocol text `{key[len('protocol/'):]}` (every agent reads it when work is handed over)"
 
 
-def proposal_template(key: str, team: str) -> str:
-    """gepa template (``<curr_param>``, ``<side_info>``) for one component of a jointly optimized team."""
+def engine_placeholders() -> tuple[str, str]:
+    """The (current text, records) placeholders of the installed gepa's proposal renderer.
+
+    gepa 0.0.27 (the reference's pin) names them ``<curr_instructions>`` and
+    ``<inputs_outputs_feedback>``, 0.1.x ``<curr_param>`` and ``<side_info>``; the rendering is
+    otherwise the same, so naming them as the engine does gives the same prompt on both."""
+    from gepa.strategies.instruction_proposal import InstructionProposalSignature
+
+    try:
+        InstructionProposalSignature.validate_prompt_template("<curr_param>\n<side_info>")
+    except ValueError:
+        return "<curr_instructions>", "<inputs_outputs_feedback>"
+    return "<curr_param>", "<side_info>"
+
+
+class NoOpProposal(RuntimeError):
+    """No component changed: the engine must skip this proposal without evaluating a child."""
+
+
+def engine_skips_empty_proposals() -> bool:
+    """Whether the installed gepa skips an empty proposal by itself (0.1.x does, without
+    evaluating a child). 0.0.27 would evaluate a copy of the parent; there, as in the reference,
+    the proposer raises and the engine catches it and skips. (Raising under 0.1.x would instead
+    make it retry the proposal once more, a second reflection call.)"""
+    from importlib import metadata
+
+    try:
+        major, minor = (int(part) for part in metadata.version("gepa").split(".")[:2])
+    except (metadata.PackageNotFoundError, ValueError):
+        return True
+    return (major, minor) >= (0, 1)
+
+
+def proposal_template(key: str, team: str, placeholders: tuple[str, str] = ("<curr_param>", "<side_info>")) -> str:
+    """gepa template for one component of a jointly optimized team (``placeholders``: the engine's
+    names for the current text and the records, see ``engine_placeholders``)."""
+    current, records = placeholders
     what = component_label(key)
     return (
         f"You are improving {what} in {team}. The agents solve competitive programming problems "
         "(standard-input programs or LeetCode-style class methods) together. The team is scored as a "
         "whole by hidden tests, and all of its prompts are optimized jointly, one at a time.\n\n"
-        f"The current text of {what}, between the markers:\n{BEGIN}\n<curr_param>\n{END}\n\n"
+        f"The current text of {what}, between the markers:\n{BEGIN}\n{current}\n{END}\n\n"
         "Runs of the whole team with the current prompts. Each gives the task, the team trajectory with "
-        "every message tagged by who sent it ([source (agent) | kind]), the submitted program, the turns "
-        "of this component's own role, and the grader's verdict (score 1 means every graded hidden test "
-        "passed; it gives counts and failure kinds, never the hidden tests):\n\n<side_info>\n\n"
+        "every message tagged by who sent it ([source (agent) | kind]), the turns of this component's own "
+        "role, and the team's global feedback (score 1 means every graded hidden test passed; "
+        f"the hidden tests themselves are never shown):\n\n{records}\n\n"
         f"Write an improved version of {what}.\n"
         "- Keep it self-contained: it must make sense on its own, without referring to these runs, to "
         "the other prompts or to this revision.\n"
@@ -103,11 +147,20 @@ def proposal_template(key: str, team: str) -> str:
 
 
 def read_proposal(reply: str) -> str | None:
-    """The text between the last BEGIN/END marker pair (else a fenced block), or None."""
-    marked = [m.strip() for m in _MARKED.findall(reply) if m.strip()]
-    if marked:
-        return marked[-1]
-    return extract_fenced(reply)
+    """The proposed text, read as the reference reads it: the first marked block (BEGIN/END)
+    if it is non-empty, else the last fenced block, else everything after a BEGIN line whose END
+    is missing; None when there is none of these (the component then stays as it is)."""
+    first = _MARKED.search(reply)
+    if first is not None and first.group(1).strip():
+        return first.group(1).strip()
+    fenced = [block.strip() for block in _FENCED.findall(reply) if block.strip()]
+    if fenced:
+        return fenced[-1]
+    opened = re.search(rf"^[ \t]*{BEGIN}[ \t]*$", reply, flags=re.MULTILINE)
+    if opened is not None:
+        tail = reply[opened.end():].replace(END, "").strip()
+        return tail or None
+    return None
 
 
 class MAMUTAdapter(LcbGEPAAdapter):
@@ -123,30 +176,34 @@ class MAMUTAdapter(LcbGEPAAdapter):
         self.temperature = temperature
         self.top_p = top_p
         self.tally = ProposalTally()
+        self.placeholders = engine_placeholders()
+        self.skip_by_empty_reply = engine_skips_empty_proposals()
 
     # -- reflective dataset ---------------------------------------------------------------------
 
-    def _record(self, key: str, rollout: Rollout) -> dict[str, Any]:
+    def _record(self, key: str, rollout: Rollout) -> dict[str, Any] | None:
         trace, limits = rollout.trace, self.limits
         self.agents_seen = max(self.agents_seen, agents_in_trace(trace))
         if key.startswith("role/"):
             role = key[len("role/"):]
             own = render_trace(trace, role=role, each=limits.message_chars, total=limits.own_turns_chars)
-            own = own or f"(the {role} role did not speak in this run)"
+            if not own:
+                return None  # as in the reference, a row where the role never acted is left out
         else:
             own = "(a protocol text has no turns of its own; see the team trajectory)"
-        return {
-            "Inputs": {
-                "Task": task_text(trace, limits.task_chars),
-                "Component to improve": key,
-                "Team trajectory": render_trace(trace, each=limits.message_chars, total=limits.trajectory_chars)
-                or "(no agent spoke)",
-                "Submitted program": clip(rollout.answer, limits.program_chars) if rollout.answer
-                else "(no program was extracted)",
-            },
-            "Generated Outputs": own,
-            "Feedback": outcome_line(rollout),
+        inputs = {
+            "Task": task_text(trace, limits.task_chars),
+            "Component to improve": key,
+            "Team trajectory": render_trace(trace, each=limits.message_chars, total=limits.trajectory_chars)
+            or "(no agent spoke)",
         }
+        if limits.rich_feedback:
+            inputs["Submitted program"] = (clip(rollout.answer, limits.program_chars) if rollout.answer
+                                           else "(no program was extracted)")
+        feedback = global_feedback(rollout)
+        if limits.rich_feedback:
+            feedback += "\n" + outcome_line(rollout)
+        return {"Inputs": inputs, "Generated Outputs": own, "Feedback": feedback}
 
     # -- proposer (gepa calls this instead of its own reflective proposer) -----------------------
 
@@ -155,6 +212,8 @@ class MAMUTAdapter(LcbGEPAAdapter):
                           components_to_update: list[str]) -> dict[str, str]:
         from gepa.strategies.instruction_proposal import InstructionProposalSignature
 
+        if self.watch.fatal is not None:
+            raise self.watch.fatal  # a dead reflection model: ask nothing more (the stopper ends the run)
         new_texts: dict[str, str] = {}
         for key in components_to_update:
             records = list(reflective_dataset.get(key) or ())
@@ -163,11 +222,18 @@ class MAMUTAdapter(LcbGEPAAdapter):
             prompt = InstructionProposalSignature.prompt_renderer({
                 "current_instruction_doc": candidate[key],
                 "dataset_with_feedback": records,
-                "prompt_template": proposal_template(key, team_description(self.role_names, self.agents_seen)),
+                "prompt_template": proposal_template(key, team_description(self.role_names, self.agents_seen),
+                                                     self.placeholders),
             })
             self.tally.asked += 1
-            reply = ask_for_proposal(self.reflection, self.bridge, str(prompt),
-                                     temperature=self.temperature, top_p=self.top_p)
+            try:
+                reply = ask_for_proposal(self.reflection, self.bridge, str(prompt),
+                                         temperature=self.temperature, top_p=self.top_p)
+            except NoUsableProposal:
+                # This component stays as it is. Handled here rather than raised: gepa 0.1.x
+                # would ask the proposer a second time for a raised proposal.
+                self.tally.note(key, "no_reply")
+                continue
             text = read_proposal(reply)
             if text is None:
                 self.tally.note(key, "unreadable")
@@ -177,6 +243,8 @@ class MAMUTAdapter(LcbGEPAAdapter):
                 self.tally.note(key, "changed")
                 new_texts[key] = text
         if not new_texts:
-            # Nothing changed: gepa skips an empty proposal, so no rollout is spent on a copy.
+            # Nothing changed: the engine skips the proposal, so no rollout is spent on a copy.
             self.tally.skipped_proposals += 1
+            if not self.skip_by_empty_reply:
+                raise NoOpProposal("MAMUT-GEPA: the proposal changed no component")
         return new_texts

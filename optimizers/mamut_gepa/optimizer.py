@@ -7,10 +7,12 @@ engine does the search natively (seed on all of validation, parent/child minibat
 Pareto front, merges); MAMUT brings its reflective records (the whole source-tagged trajectory
 for every role) and its proposer (see ``optimizers.mamut_gepa.adapter``).
 
-Budget: the engine's metric calls are capped at ``min(metric_call_limit, B)`` and a batch that
-would cross the cap is refused (``metric_call_cap``); charged rollouts never exceed B (a request
-past it comes back unrun, and a validation pass cut that way never makes an incumbent;
-``rollout_budget_spent``).
+Budget: as in the reference every metric call the cap counts is a charged rollout: the cap is
+``min(metric_call_limit, B)`` charged rollouts, and a batch whose not-yet-run rollouts would cross
+it is refused before anything runs (``metric_call_cap``). An engine call served from the rollout
+cache (the same candidate on the same problem again) is free and does not use up the cap.
+Charged rollouts never exceed B (a request past it comes back unrun, and a validation pass cut
+that way never makes an incumbent; ``rollout_budget_spent``).
 
 Incumbent: GEPA's best candidate (best complete validation aggregate) if it differs from the seed
 and its aggregate is at least the seed's, else the seed. Resume: as GEPA, by replaying the
@@ -59,6 +61,7 @@ class MAMUTGEPAParams:
     trajectory_chars: int = 6000
     own_turns_chars: int = 3000
     program_chars: int = 2500
+    rich_feedback: bool = False  # the reference shows only "score=...; status=..."; True: + program and verdict
     max_idle_iterations: int = 20  # iterations in a row that charge nothing before giving up
     max_unusable_rollouts: int = 0  # infrastructure-failed rollouts tolerated before failing
 
@@ -81,7 +84,7 @@ class MAMUTGEPAParams:
 
     def record_limits(self) -> RecordLimits:
         return RecordLimits(self.task_chars, self.message_chars, self.trajectory_chars, self.own_turns_chars,
-                            self.program_chars)
+                            self.program_chars, self.rich_feedback)
 
 
 def choose_incumbent(book: CandidateBook, val: Sequence[str]) -> tuple[Candidate, str]:
@@ -98,6 +101,10 @@ def choose_incumbent(book: CandidateBook, val: Sequence[str]) -> tuple[Candidate
 
 @register_optimizer(METHOD)
 class MAMUTGEPAOptimizer(Optimizer):
+    # 2: reference feedback ("score=...; status=..."), rows where the role never acted left out,
+    # metric-call cap counts charged rollouts (issue 21).
+    version = "2"
+
     @classmethod
     def check_params(cls, params: Mapping[str, Any]) -> None:
         """Refuse unknown or malformed knobs before a job starts (ValueError, one line)."""
@@ -115,6 +122,7 @@ class MAMUTGEPAOptimizer(Optimizer):
             metric_call_cap=min(limit, ctx.budget.maximum),
             cap_stop_reason=STOP_METRIC_CAP,
             hard_metric_cap=True,
+            cap_counts_charged=True,
             **shared_knobs(params),
         )
         run = EngineRun(METHOD, seed, keys, train=train, val=val, ctx=ctx, settings=settings)
@@ -130,7 +138,8 @@ class MAMUTGEPAOptimizer(Optimizer):
             **run.metadata(params),
             "incumbent_rule": rule,
             "seed_val_score": run.book.val_aggregate(seed.id, val),
-            "metric_calls": run.watch.metric_calls,
+            "metric_calls": run.watch.metric_calls,  # engine calls, cache hits included
+            "metric_call_cap_used": run.watch.charged_since_start,  # what the cap counts
             "proposal_outcomes": adapter.tally.as_dict(),
         }
         return OptimizationResult(best=best, stop_reason=run.watch.stop_reason or STOP_NATIVE,

@@ -9,7 +9,8 @@ exploration bonus is ``sqrt(x^T A^-1 x)``. With a 384-d embedding per role ``A``
 combination behind each rank-one term), which rebuilds it exactly.
 
 Coordinate search: starting from a combination, for each role in order pick the variant that
-maximizes ``posterior mean + alpha * bonus`` with the other roles fixed. ``BanditSearch`` is the
+maximizes ``posterior mean + alpha * bonus`` with the other roles fixed; the next sweep starts
+where the last one ended (upstream's persistent ``current_indices``). ``BanditSearch`` is the
 whole decision loop (warm-up, refit, sweep), independent of how pulls are paid for.
 """
 
@@ -197,8 +198,8 @@ class BanditSearch:
 
     The first ``len(warmup)`` decisions are the given warm-up combinations; then each decision
     refits the surrogate from scratch on every observation (seeded by ``seed`` + their count, so a
-    resumed search refits exactly as the first run did), starts at the incumbent and makes one
-    LinUCB coordinate sweep.
+    resumed search refits exactly as the first run did) and makes one LinUCB coordinate sweep
+    from ``anchor()``: the best warm-up combination first, then always the last pulled one.
     """
 
     def __init__(self, table: FeatureTable, *, make_surrogate: Callable[[], Surrogate],
@@ -225,9 +226,19 @@ class BanditSearch:
     def decide(self) -> Decision:
         if len(self.combinations) < len(self.warmup):
             return Decision("warmup", self.warmup[len(self.combinations)])
-        start, _ = self.incumbent()
-        combination, steps = coordinate_search(start, self.table, self.predict, self.fisher, self.alpha)
+        combination, steps = coordinate_search(self.anchor(), self.table, self.predict, self.fisher, self.alpha)
         return Decision("linucb", combination, tuple(steps))
+
+    def anchor(self) -> Combination:
+        """Where the next sweep starts. Right after the warm-up: the warm-up combination with the
+        highest posterior mean (upstream's initialization); after that, the combination pulled
+        last - upstream keeps one current combination that every sweep edits and every pull
+        runs, it never jumps back to the best-predicted one."""
+        if not self.combinations:
+            return tuple(0 for _ in self.table.roles)  # no warm-up at all: the seed prompts
+        if len(self.combinations) == len(self.warmup):
+            return self.incumbent()[0]
+        return self.combinations[-1]
 
     def incumbent(self) -> tuple[Combination, float]:
         """The observed combination with the highest posterior mean (ties: the earliest)."""

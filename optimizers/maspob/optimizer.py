@@ -19,6 +19,7 @@ paid twice), retrains the surrogate once and carries on. The network is never pi
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import random
 import time
 from collections.abc import Mapping, Sequence
@@ -31,7 +32,7 @@ from optimizers.evaluator import Rollout
 from optimizers.journal import content_hash, read_json, write_json_atomic
 from optimizers.maspob.bandit import BanditSearch, Combination, Decision, FeatureTable, LinearPosterior
 from optimizers.maspob.graph import TeamGraph, team_graph
-from optimizers.maspob.pool import Pool, PoolBuilder, PoolSettings, pool_identity
+from optimizers.maspob.pool import PROTOCOLS, Pool, PoolBuilder, PoolSettings, pool_identity
 from optimizers.reflection import ReflectionModel, RolloutGuard, params_from, team_description
 from optimizers.registry import register_optimizer
 
@@ -49,10 +50,14 @@ class MASPOBParams:
     num_prompts: int = 20  # per role, the seed included
     overgeneration: float = 1.5  # styles tried per needed variant, at most
     generation_temperature: float = 0.5
-    reflection_max_retries: int = 3  # regenerations of a variant that broke the seed's interface
+    reflection_max_retries: int = 3  # failed reflection calls in a row tolerated (then the job fails)
+    variant_attempts: int = 3  # tries per style before it is dropped (the reference's generate_one)
+    retry_feedback: bool = False  # a retry says what the last try broke (reference: the same ask again)
+    probe_styles: int = 3  # give up when some role gets no variant from its first styles (0: never)
     reflection_inflight: int = 4
     min_prompt_chars: int = 40
     max_length_ratio: float = 4.0
+    max_length_floor: int = 2000
     embed_max_seq: int = 512
     seed: int = 42  # method seed = seed + seed_stride * job seed
     seed_stride: int = 1000
@@ -73,8 +78,10 @@ class MASPOBParams:
     max_unusable_rollouts: int = 0
 
     def check(self) -> None:
-        if self.num_prompts < 1 or self.minibatch_size < 1 or self.pretrain_pulls < 0:
-            raise ValueError("maspob: num_prompts and minibatch_size must be >= 1, pretrain_pulls >= 0")
+        if min(self.num_prompts, self.minibatch_size, self.pretrain_pulls) < 1:
+            raise ValueError("maspob: num_prompts, minibatch_size and pretrain_pulls must be >= 1")
+        if self.variant_attempts < 1 or self.probe_styles < 0:
+            raise ValueError("maspob: variant_attempts must be >= 1 and probe_styles >= 0")
         if self.surrogate not in SURROGATES:
             raise ValueError(f"maspob: surrogate must be one of {', '.join(SURROGATES)}, not {self.surrogate!r}")
         if self.overgeneration < 1 or self.max_length_ratio < 1:
@@ -87,9 +94,10 @@ class MASPOBParams:
     @property
     def pool(self) -> PoolSettings:
         return PoolSettings(num_prompts=self.num_prompts, overgeneration=self.overgeneration,
-                            temperature=self.generation_temperature, max_retries=self.reflection_max_retries,
+                            temperature=self.generation_temperature, attempts=self.variant_attempts,
+                            retry_feedback=self.retry_feedback, probe_styles=self.probe_styles,
                             concurrency=self.reflection_inflight, min_chars=self.min_prompt_chars,
-                            max_length_ratio=self.max_length_ratio)
+                            max_length_ratio=self.max_length_ratio, max_length_floor=self.max_length_floor)
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,17 +111,24 @@ class Pull:
     score: float
     candidate_id: str
     sweep: tuple[Mapping[str, Any], ...] = ()
+    # The incumbent after this pull (None during the warm-up, before the surrogate exists).
+    incumbent: Combination | None = None
+    incumbent_mean: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"number": self.number, "kind": self.kind, "combination": list(self.combination),
                 "batch": [list(b) for b in self.batch], "score": self.score, "candidate_id": self.candidate_id,
-                "sweep": [dict(s) for s in self.sweep]}
+                "sweep": [dict(s) for s in self.sweep],
+                "incumbent": None if self.incumbent is None else list(self.incumbent),
+                "incumbent_mean": self.incumbent_mean}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Pull:
+        incumbent = data.get("incumbent")
         return cls(int(data["number"]), str(data["kind"]), tuple(int(i) for i in data["combination"]),
                    tuple((str(p), int(s)) for p, s in data["batch"]), float(data["score"]),
-                   str(data["candidate_id"]), tuple(data.get("sweep") or ()))
+                   str(data["candidate_id"]), tuple(data.get("sweep") or ()),
+                   None if incumbent is None else tuple(int(i) for i in incumbent), data.get("incumbent_mean"))
 
 
 class MinibatchStream:
@@ -138,6 +153,11 @@ class MinibatchStream:
 
 @register_optimizer("maspob")
 class MASPOBOptimizer(Optimizer):
+    # 2: the upstream WorkflowGAT surrogate (encoder MLP, attention dropout, ReLU, MLP head,
+    # plateau schedule), sweeps continuing from the last pull, upstream styles and meta-prompt,
+    # the probe that stops a model that cannot write variants, truncated last pull, incumbent commits.
+    version = "2"
+
     @classmethod
     def check_params(cls, params: Mapping[str, Any]) -> None:
         """Refuse unknown or malformed knobs before a job starts (ValueError, one line)."""
@@ -172,13 +192,15 @@ class _Run:
         self.timing = _Timing()
         self.pool: Pool | None = None
         self.search: BanditSearch | None = None
+        self._committed: tuple[Combination, float] | None = None
 
     @property
     def minibatch(self) -> int:
         return min(self.params.minibatch_size, len(self.stream.train))
 
     def affordable(self) -> bool:
-        return self.ctx.budget.remaining >= self.minibatch
+        # Upstream pulls while any rollout is left; the last pull may be cut to what remains.
+        return self.ctx.budget.remaining > 0
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -186,7 +208,8 @@ class _Run:
         if not self.affordable():
             return self._result(self.seed, None)
         p = self.params
-        warmups = max(1, min(p.pretrain_pulls, self.ctx.budget.remaining // self.minibatch - 1))
+        # The reference's pretrain_pulls_for: at most pretrain_pulls, leaving room for a LinUCB pull.
+        warmups = min(p.pretrain_pulls, max(1, self.ctx.budget.remaining // self.minibatch - 1))
         table = await self._prepare()
         rng = random.Random(self.method_seed)
         self.search = BanditSearch(
@@ -195,10 +218,13 @@ class _Run:
             alpha=p.ucb_alpha, ridge=p.ucb_lambda, coefficient=p.fisher_coefficient, seed=self.method_seed)
         for pull in self._load_state():
             await self._replay(pull)
+        if self.pulls:
+            self._commit()  # the replayed pulls' last commit, so the curve carries on from it
         while self.affordable():
             decision = self.search.decide()
             if not await self._pull(decision):
                 break
+            self._commit()
         return self._finish()
 
     async def _prepare(self) -> FeatureTable:
@@ -208,9 +234,11 @@ class _Run:
                                                   max_consecutive_failures=p.reflection_max_retries + 1)
         seeds = {role: self.seed.roles()[role] for role in self.graph.roles}
         model_id = getattr(getattr(self.ctx.reflection, "config", None), "id", None)
-        identity = pool_identity(model=model_id, seeds=seeds, settings=p.pool, job_seed=self.ctx.seed, team=self.team)
+        protocol = PROTOCOLS[self.graph.shape]
+        identity = pool_identity(model=model_id, seeds=seeds, settings=p.pool, job_seed=self.ctx.seed, team=self.team,
+                                 protocol=protocol)
         builder = PoolBuilder(reflection, settings=p.pool, team=self.team, rng=random.Random(self.method_seed + 1),
-                              workdir=self.ctx.workdir, identity=identity)
+                              workdir=self.ctx.workdir, identity=identity, protocol=protocol)
         started = time.monotonic()
         self.pool, self.timing.pool_reused = await builder.build(seeds)
         self.timing.pool_seconds = time.monotonic() - started
@@ -241,8 +269,9 @@ class _Run:
             return LinearPosterior(ridge=p.ucb_lambda, coefficient=p.fisher_coefficient)
         from optimizers.maspob.surrogate import GATv2Surrogate, GNNSettings
 
-        return GATv2Surrogate(self.graph, GNNSettings(p.gnn_hidden, p.gnn_layers, p.gnn_heads, p.gnn_dropout,
-                                                      p.gnn_lr, p.gnn_weight_decay, p.gnn_max_epochs, p.gnn_patience))
+        return GATv2Surrogate(self.graph, GNNSettings(
+            hidden=p.gnn_hidden, layers=p.gnn_layers, heads=p.gnn_heads, dropout=p.gnn_dropout, lr=p.gnn_lr,
+            weight_decay=p.gnn_weight_decay, max_epochs=p.gnn_max_epochs, patience=p.gnn_patience))
 
     # ---------------------------------------------------------------- pulls
 
@@ -265,7 +294,8 @@ class _Run:
     async def _pull(self, decision: Decision) -> bool:
         """Run one pull; False when the budget cut it short (nothing is recorded then)."""
         candidate = self.candidate(decision.combination)
-        batch = self.stream.batch(len(self.pulls), self.minibatch)
+        # The next minibatch, cut to the rollouts left (the reference's last, truncated pull).
+        batch = self.stream.batch(len(self.pulls), self.minibatch)[: self.ctx.budget.remaining]
         rollouts = await self._evaluate(candidate, batch)
         usable = [r for r in rollouts if r.usable]
         if any(r.budget_exhausted for r in rollouts) or not usable:
@@ -294,12 +324,44 @@ class _Run:
         if pull.sweep:
             row["sweep"] = [dict(s) for s in pull.sweep]
         self.history.append(row)
+        if pull.incumbent is not None:
+            self._annotate(row, pull)
         self.ctx.tracker.log(row["charged"], {"maspob/pull": pull.number, "maspob/score": pull.score,
                                               "maspob/fit_seconds": round(self.search.fit_log.seconds, 3)})
+        self._save_state()
+
+    def _save_state(self) -> None:
+        assert self.search is not None
         self.ctx.save_state(STATE_NAME, {"identity": self._state_identity(),
                                          "pulls": [q.to_json() for q in self.pulls],
                                          "fisher": self.search.fisher.to_json()})
         self._save_timing()
+
+    def _annotate(self, row: dict[str, Any], pull: Pull) -> None:
+        """The pull's history row says what the incumbent became, and whether it is this pull's
+        combination (the pull was *accepted*)."""
+        assert pull.incumbent is not None
+        row["incumbent"] = self._named(pull.incumbent)
+        row["incumbent_posterior_mean"] = pull.incumbent_mean
+        row["accepted"] = pull.incumbent == pull.combination
+
+    def _commit(self) -> None:
+        """Commit the incumbent to the learning curve when it changed (spec 1.13). It exists once
+        the warm-up is over and the surrogate is fitted: the observed combination with the highest
+        posterior mean, scored by that mean. The fit is the one the next decision needs anyway."""
+        assert self.search is not None
+        if len(self.pulls) < len(self.search.warmup):
+            return
+        combination, mean = self.search.incumbent()
+        key = (combination, round(mean, 6))
+        last = self.pulls[-1]
+        if (last.incumbent, last.incumbent_mean) != key:  # a resumed job has it from the state already
+            self.pulls[-1] = last = dataclasses.replace(last, incumbent=combination, incumbent_mean=key[1])
+            self._annotate(self.history[-1], last)
+            self._save_state()
+        if key != self._committed:
+            self._committed = key
+            self.ctx.commit_incumbent(self.candidate(combination), key[1])
 
     def _state_identity(self) -> dict[str, Any]:
         assert self.pool is not None
@@ -342,8 +404,10 @@ class _Run:
                       "edges": [list(e) for e in self.graph.edges]},
             "pool_sizes": {r: pool.size(r) for r in pool.roles} if pool else {},
             "pool_styles": {r: list(pool.styles[r]) for r in pool.roles} if pool else {},
+            "pool_size": sum(pool.size(r) for r in pool.roles) if pool else 0,
             "pulls": len(self.pulls),
             "warmup_pulls": sum(q.kind == "warmup" for q in self.pulls),
+            "surrogate_fits": self.search.fit_log.fits if self.search else 0,
             "incumbent_combination": self._named(incumbent[0]) if incumbent else None,
             "incumbent_posterior_mean": round(incumbent[1], 6) if incumbent else None,
             "fisher_matrix": self.search.fisher.to_json() if self.search else None,

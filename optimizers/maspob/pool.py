@@ -1,17 +1,20 @@
 """MASPOB's prompt pool: per role the seed prompt plus reflection-written variants in set styles.
 
-Every variant must keep the seed's *interface* (``InterfaceManifest``): its placeholders,
-``delegate_to_*`` names, XML-ish tags and code-fence languages exactly, and every role name,
-tool or other snake_case identifier and backticked identifier the seed mentions; its length must
-lie in ``[min_chars, max_length_ratio x seed]``, and it must not merely repeat the seed. A variant
-that breaks this is regenerated (the model is told what it broke) up to ``max_retries`` times, then
-dropped, as is a duplicate of an earlier variant; the pool over-generates
-styles (``overgeneration``) so drops can be made up. A role still short of ``num_prompts`` is an
-``IncompletePool`` error.
+The styles and the meta-prompt follow upstream MASPOB (``optimizers.maspob.styles``; our
+wording). Every variant must keep the seed's *interface* (``InterfaceManifest``): its
+placeholders, ``delegate_to_*`` names, XML-ish tags and code-fence languages exactly, and every
+role name, tool or other snake_case identifier and backticked identifier the seed mentions; its
+length must lie in ``[min_chars, max_length_ratio x max(max_length_floor, seed)]``, and it must not repeat the
+seed. A style gets ``attempts`` tries (the same ask again, as the reference; ``retry_feedback``
+adds what the last try broke), then it is dropped, as is a duplicate of an earlier variant; the
+pool over-generates styles (``overgeneration``) so drops can be made up. A role still short of
+``num_prompts`` is an ``IncompletePool`` error; a model that writes no usable variant in any
+role's first ``probe_styles`` styles is a ``ReflectionCannotWrite`` error naming the cause
+(refusal, echo of the original, broken interface), raised after a bounded number of calls.
 
 A finished pool is written to ``<workdir>/maspob_prompt_pool.json`` under an identity (reflection
-model, seed prompts, meta-prompt template, knobs, job seed); a resumed job with the same identity
-reuses it without asking the model again.
+model, seed prompts, meta-prompt template and styles, knobs, job seed); a resumed job with the
+same identity reuses it without asking the model again.
 """
 
 from __future__ import annotations
@@ -29,58 +32,60 @@ from typing import Any
 
 from optimizers.base import OptimizerInfrastructureError
 from optimizers.journal import content_hash, read_json, write_json_atomic
+from optimizers.maspob.styles import DIMENSIONS, LCB_PRIORITY, PRESETS, Style, style_sequence
 from optimizers.reflection import ReflectionModel
 
 POOL_FILE = "maspob_prompt_pool.json"
-POOL_SCHEMA = 1
-
-# LiveCodeBench's preset styles come first (reference §2.8), then the rest in seeded random order.
-PRESET_STYLES: tuple[str, ...] = ("code-rigorous", "systematic", "pattern-based")
-STYLES: dict[str, str] = {
-    "code-rigorous": "precise and exacting about program correctness: input parsing, edge cases, "
-                     "complexity limits and a complete, runnable final program",
-    "systematic": "an ordered procedure: numbered phases the agent works through every time",
-    "pattern-based": "organized around recognizing the problem's algorithmic pattern (greedy, DP, "
-                     "graphs, binary search, math) and applying the matching technique",
-    "concise": "as short as possible while keeping every instruction that matters",
-    "checklist": "a checklist of concrete checks the agent ticks off before answering",
-    "test-first": "centred on deriving and running tests (samples, edge cases) before trusting a program",
-    "example-driven": "explaining expectations through brief illustrative examples of good behaviour",
-    "defensive": "anticipating failure modes (overflow, off-by-one, slow loops, wrong I/O format) and "
-                 "guarding against each",
-    "expert-persona": "written as the voice of a seasoned competitive programmer with strong habits",
-    "socratic": "guiding the agent with questions it must answer for itself before acting",
-    "principles-first": "a few firm principles, each followed by how it applies to this role",
-    "structured-sections": "clearly headed sections: goal, inputs, procedure, output",
-    "complexity-aware": "emphasizing estimating time and memory complexity against the constraints first",
-    "collaborative": "emphasizing clear hand-offs and useful messages to the other agents",
-    "minimal-risk": "preferring simple, well-known, provably correct approaches over clever ones",
-    "debugging-focused": "emphasizing locating and fixing the root cause when something fails",
-    "stepwise-reasoning": "asking for explicit step-by-step reasoning before any code is written",
-    "verification-heavy": "requiring the agent to double-check every claim and result it passes on",
-    "goal-oriented": "keeping the agent focused on the single outcome it is responsible for",
-}
+POOL_SCHEMA = 2
 
 BEGIN, END = "BEGIN PROMPT", "END PROMPT"
-TEMPLATE = """Rewrite the system prompt of the `{role}` role of {team}. The team solves competitive \
-programming problems that are graded by hidden tests.
+# Upstream's generation meta-prompt (``ITERATIVE_GENERATE_PROMPT``) asks for an instruction of a
+# given type and goal in a given style, keeping the placeholders, varying the structure and
+# replying with the prompt only; the reference adaptation puts the role, the topology, the
+# protocol to respect, the original prompt and the interface manifest into it. Ours says the
+# same in our words, with the reply between two marker lines.
+TEMPLATE = """Write a new system instruction for the `{role}` role of {team}. The team solves competitive \
+programming (LiveCodeBench) problems that are graded by hidden tests.
 
-Style of the new prompt: {style} - {style_text}.
+Goal: reach the same objective as the original instruction below. {protocol} Demand exactly the \
+same final output format as the original.
 
-Keep the role's objective and its part in the team's protocol. Keep its interface exactly:
-{interface}
-Do not introduce placeholders, tools, delegate_to_* names, tags or code-fence languages that the \
-original does not have. The new prompt must have between {min_chars} and {max_chars} characters.
-
-Original prompt:
+Original instruction:
 {begin}
 {seed}
 {end}
 
-Reply with the new prompt only, between a line `{begin}` and a line `{end}`."""
+Style to follow ({style}):
+{style_text}
+
+Rules:
+1. Keep this executable interface exactly; remove nothing and invent nothing:
+{interface}
+2. Vary the structure: a different opening, a different form (bullets, numbered steps or \
+paragraphs), a different length; stay between {min_chars} and {max_chars} characters.
+3. Reply with the new instruction only, between a line `{begin}` and a line `{end}`."""
 RETRY_NOTE = """
 
 Your previous answer was rejected: {problems}. Write the prompt again and fix this."""
+# What the variant must keep of the team's protocol, by team-graph shape (the reference
+# adaptation's per-topology protocol sentences).
+PROTOCOLS: dict[str, str] = {
+    "star": "Keep the manager's delegation tools, the way workers report back, every placeholder and "
+            "the final-answer contract exactly as they are.",
+    "chain": "Keep the order of the stages, the hand-off format, every placeholder and the final-output "
+             "contract exactly; do not invent a manager or delegation.",
+    "single": "Keep how the agents that share this instruction work (alone or as peers), every placeholder "
+              "and the final-output contract exactly; add no delegation and no central manager.",
+    "isolated": "Keep the role's part in the team, every placeholder and the final-output contract exactly.",
+}
+
+# Why a try gave no variant (the cause a ReflectionCannotWrite error names).
+NO_PROMPT, ECHO, INTERFACE = "refused", "echoed", "broke_interface"
+CAUSES: dict[str, str] = {
+    NO_PROMPT: "refused or ignored the reply format (no prompt block)",
+    ECHO: "echoed the original prompt",
+    INTERFACE: "broke the prompt's interface or length",
+}
 
 _PLACEHOLDER = re.compile(r"\{\{\s*[A-Za-z_][A-Za-z0-9_]*\s*\}\}|(?<!\{)\{[A-Za-z_][A-Za-z0-9_]*\}(?!\})")
 _DELEGATE = re.compile(r"\bdelegate_to_[A-Za-z0-9_]+\b")
@@ -94,6 +99,10 @@ _REPLY_BLOCK = re.compile(rf"^\s*{BEGIN}\s*$\n(.*?)\n^\s*{END}\s*$", re.MULTILIN
 
 class IncompletePool(OptimizerInfrastructureError):
     """The reflection model did not produce enough interface-preserving variants for a role."""
+
+
+class ReflectionCannotWrite(IncompletePool):
+    """The reflection model wrote no usable variant in any role's first styles (the probe)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,10 +174,16 @@ class PoolSettings:
     num_prompts: int = 20  # per role, the seed included
     overgeneration: float = 1.5  # styles tried per needed variant, at most
     temperature: float = 0.5
-    max_retries: int = 3  # regenerations of a variant that broke the interface
+    attempts: int = 3  # tries per style before it is given up (the reference's generate_one)
+    retry_feedback: bool = False  # tell the model what the last try broke (the reference repeats the ask)
+    probe_styles: int = 3  # give up when no role gets a variant from its first styles (0: never)
     concurrency: int = 4
     min_chars: int = 40
     max_length_ratio: float = 4.0
+    max_length_floor: int = 2000  # the reference caps at ratio x max(floor, seed length)
+
+    def max_chars(self, seed: str) -> int:
+        return int(self.max_length_ratio * max(self.max_length_floor, len(seed)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,25 +211,23 @@ class Pool:
                    {r: tuple(data["styles"][r]) for r in roles}, dict(data.get("usage") or {}))
 
 
-def style_order(rng: random.Random, count: int) -> list[str]:
-    """Preset styles first, then the others shuffled; cycles when more are needed than exist."""
-    others = [s for s in STYLES if s not in PRESET_STYLES]
-    rng.shuffle(others)
-    order = [*PRESET_STYLES, *others]
-    return [order[i % len(order)] for i in range(count)]
+def slot_count(settings: PoolSettings) -> int:
+    """Styles tried per role at most: the over-generated number of variants (upstream 1.5x)."""
+    return math.ceil(settings.overgeneration * (settings.num_prompts - 1))
 
 
 def pool_identity(*, model: str | None, seeds: Mapping[str, str], settings: PoolSettings, job_seed: int,
-                  team: str) -> dict[str, Any]:
+                  team: str, protocol: str = "") -> dict[str, Any]:
     return {
         "schema": POOL_SCHEMA,
         "reflection_model": model,
         "seeds": {role: hashlib.sha256(text.encode()).hexdigest() for role, text in sorted(seeds.items())},
-        "template": content_hash({"template": TEMPLATE, "retry": RETRY_NOTE, "styles": STYLES,
-                                  "presets": PRESET_STYLES}),
+        "template": content_hash({"template": TEMPLATE, "retry": RETRY_NOTE, "dimensions": DIMENSIONS,
+                                  "presets": PRESETS, "priority": LCB_PRIORITY}),
         "settings": {k: getattr(settings, k) for k in settings.__dataclass_fields__ if k != "concurrency"},
         "job_seed": job_seed,
         "team": team,
+        "protocol": protocol,
     }
 
 
@@ -231,14 +244,58 @@ def extract_variant(reply: str | None) -> str | None:
     return match.group(1).strip() if match else None
 
 
+@dataclass(frozen=True, slots=True)
+class SlotOutcome:
+    """One style slot: the variant (None: given up), what the last try broke, why each try failed."""
+
+    style: Style
+    text: str | None
+    problems: str
+    failures: tuple[str, ...]  # one cause (NO_PROMPT | ECHO | INTERFACE) per failed try
+
+
+@dataclass
+class _RoleFill:
+    role: str
+    seed: str
+    manifest: InterfaceManifest
+    styles: list[Style]
+    prompts: list[str]
+    used: list[str]
+    next_style: int = 0
+    rejected: list[str] = field(default_factory=list)
+    failures: list[str] = field(default_factory=list)
+
+    def take(self, outcome: SlotOutcome) -> None:
+        self.failures.extend(outcome.failures)
+        name = outcome.style.name
+        if outcome.text is not None and normalized(outcome.text) not in {normalized(p) for p in self.prompts}:
+            self.prompts.append(outcome.text)
+            self.used.append(name)
+        elif outcome.text is not None:
+            self.rejected.append(f"{name}: a duplicate")
+        else:
+            self.rejected.append(f"{name}: {outcome.problems}")
+
+
 class PoolBuilder:
-    """Generates (or reloads) the pool of one job."""
+    """Generates (or reloads) the pool of one job.
+
+    Per role the styles come from ``style_sequence`` (LCB's preset styles, the other presets,
+    then random styles; one seeded stream over the roles in order). First every role tries its
+    first ``probe_styles`` styles; if some role got no variant from them, the model cannot write
+    variants here (it refuses, echoes the original or breaks the interface) and the build stops
+    with ``ReflectionCannotWrite`` naming the cause, after at most roles x probe x attempts calls.
+    Otherwise each role fills up in waves over its remaining styles (a wave asks for as many
+    variants as are still missing, so which styles are used does not depend on timing).
+    """
 
     def __init__(self, model: ReflectionModel, *, settings: PoolSettings, team: str, rng: random.Random,
-                 workdir: Path, identity: Mapping[str, Any]) -> None:
+                 workdir: Path, identity: Mapping[str, Any], protocol: str = PROTOCOLS["isolated"]) -> None:
         self.model = model
         self.settings = settings
         self.team = team
+        self.protocol = protocol
         self.rng = rng
         self.path = Path(workdir) / POOL_FILE
         self.identity = dict(identity)
@@ -261,66 +318,77 @@ class PoolBuilder:
         if cached is not None:
             return cached, True
         roles = tuple(seeds)
-        styles = style_order(self.rng, math.ceil(self.settings.overgeneration * (self.settings.num_prompts - 1)))
-        results = await asyncio.gather(*(self._role(role, seeds, styles) for role in roles))
+        count = slot_count(self.settings)
+        fills = [_RoleFill(role, seeds[role], InterfaceManifest.of(seeds[role], roles),
+                           style_sequence(count, self.rng), [seeds[role]], ["seed"]) for role in roles]
+        probe = min(self.settings.probe_styles, self.settings.num_prompts - 1)
+        if probe > 0:
+            await asyncio.gather(*(self._wave(fill, probe) for fill in fills))
+            self._check_probe(fills, probe)
+        await asyncio.gather(*(self._fill(fill) for fill in fills))
         usage = self.model.usage()
-        pool = Pool(roles, {r: tuple(p) for r, (p, _) in zip(roles, results, strict=True)},
-                    {r: tuple(s) for r, (_, s) in zip(roles, results, strict=True)},
+        pool = Pool(roles, {f.role: tuple(f.prompts) for f in fills}, {f.role: tuple(f.used) for f in fills},
                     {k: v for k, v in usage.items() if k != "journal"})
         write_json_atomic(self.path, {"identity": self.identity, "pool": pool.to_json()})
         return pool, False
 
-    async def _role(self, role: str, seeds: Mapping[str, str], styles: Sequence[str]) -> tuple[list[str], list[str]]:
-        """Variants in waves over the style list, so which styles are used does not depend on timing."""
-        seed = seeds[role]
-        manifest = InterfaceManifest.of(seed, tuple(seeds))
-        prompts, used = [seed], ["seed"]
-        next_style = 0
-        rejected: list[str] = []
-        while len(prompts) < self.settings.num_prompts and next_style < len(styles):
-            wave = styles[next_style: next_style + self.settings.num_prompts - len(prompts)]
-            next_style += len(wave)
-            made = await asyncio.gather(*(self._variant(role, seed, manifest, style, index)
-                                          for index, style in enumerate(wave, start=next_style - len(wave))))
-            for style, (text, problems) in zip(wave, made, strict=True):
-                if text is not None and normalized(text) not in {normalized(p) for p in prompts}:
-                    prompts.append(text)
-                    used.append(style)
-                elif text is not None:
-                    rejected.append(f"{style}: a duplicate")
-                else:
-                    rejected.append(f"{style}: {problems}")
-        if len(prompts) < self.settings.num_prompts:
-            reasons = "; ".join(rejected[-3:]) or "no styles left"
-            raise IncompletePool(
-                f"maspob: the prompt pool of role {role} has {len(prompts)} of {self.settings.num_prompts} prompts "
-                f"after {next_style} styles (last rejections: {reasons})")
-        return prompts, used
+    def _check_probe(self, fills: Sequence[_RoleFill], probe: int) -> None:
+        barren = [fill for fill in fills if len(fill.prompts) == 1]
+        if not barren:
+            return
+        failures = [cause for fill in barren for cause in fill.failures]
+        counts = {cause: failures.count(cause) for cause in CAUSES if cause in failures}
+        main = max(counts, key=lambda cause: counts[cause]) if counts else NO_PROMPT
+        others = "".join(f", {CAUSES[c]} {n}x" for c, n in counts.items() if c != main)
+        calls = self.model.usage().get("calls", 0)
+        raise ReflectionCannotWrite(
+            f"maspob: the reflection model cannot write prompt variants (cause: {main}): it {CAUSES[main]} "
+            f"in {counts.get(main, 0)} of {len(failures)} tries{others}; no usable variant for role(s) "
+            f"{', '.join(fill.role for fill in barren)} from their first {probe} styles; "
+            f"stopped after {calls} reflection calls")
 
-    async def _variant(self, role: str, seed: str, manifest: InterfaceManifest, style: str,
-                       index: int) -> tuple[str | None, str]:
+    async def _fill(self, fill: _RoleFill) -> None:
         s = self.settings
-        max_chars = int(s.max_length_ratio * len(seed))
-        base = TEMPLATE.format(role=role, team=self.team, style=style, style_text=STYLES[style],
-                               interface=manifest.describe(), min_chars=s.min_chars, max_chars=max_chars,
-                               begin=BEGIN, end=END, seed=seed)
-        # The slot index keeps two slots that cycle back to the same style from sharing a reply.
-        prompt = base if index < len(STYLES) else f"{base}\n\n(Variant {index + 1}.)"
+        while len(fill.prompts) < s.num_prompts and fill.next_style < len(fill.styles):
+            await self._wave(fill, s.num_prompts - len(fill.prompts))
+        if len(fill.prompts) < s.num_prompts:
+            reasons = "; ".join(fill.rejected[-3:]) or "no styles left"
+            raise IncompletePool(
+                f"maspob: the prompt pool of role {fill.role} has {len(fill.prompts)} of {s.num_prompts} prompts "
+                f"after {fill.next_style} styles (last rejections: {reasons})")
+
+    async def _wave(self, fill: _RoleFill, size: int) -> None:
+        wave = fill.styles[fill.next_style: fill.next_style + size]
+        fill.next_style += len(wave)
+        for outcome in await asyncio.gather(*(self._variant(fill, style) for style in wave)):
+            fill.take(outcome)
+
+    async def _variant(self, fill: _RoleFill, style: Style) -> SlotOutcome:
+        s = self.settings
+        max_chars = s.max_chars(fill.seed)
+        prompt = TEMPLATE.format(role=fill.role, team=self.team, protocol=self.protocol, style=style.name,
+                                 style_text=style.text, interface=fill.manifest.describe(), min_chars=s.min_chars,
+                                 max_chars=max_chars, begin=BEGIN, end=END, seed=fill.seed)
         problems = ""
-        for _attempt in range(1 + max(0, s.max_retries)):
-            ask = prompt + (RETRY_NOTE.format(problems=problems) if problems else "")
+        failures: list[str] = []
+        for _attempt in range(max(1, s.attempts)):
+            ask = prompt + (RETRY_NOTE.format(problems=problems) if problems and s.retry_feedback else "")
             async with self.limit:
                 reply = await self.model.ask(ask, purpose="variant", temperature=s.temperature)
             text = extract_variant(reply)
             if text is None:
                 problems = f"the reply had no {BEGIN} ... {END} block"
+                failures.append(NO_PROMPT)
                 continue
-            found = manifest.violations(InterfaceManifest.of(text, tuple(manifest.role_names)))
+            if normalized(text) == normalized(fill.seed):
+                problems = "it repeats the original; rewrite it in the requested style"
+                failures.append(ECHO)
+                continue
+            found = fill.manifest.violations(InterfaceManifest.of(text, tuple(fill.manifest.role_names)))
             if len(text) < s.min_chars or len(text) > max_chars:
                 found.append(f"length {len(text)} outside {s.min_chars}..{max_chars}")
-            if normalized(text) == normalized(seed):
-                found.append("it repeats the original; rewrite it in the requested style")
             if not found:
-                return text, ""
+                return SlotOutcome(style, text, "", tuple(failures))
             problems = "; ".join(found)
-        return None, problems
+            failures.append(INTERFACE)
+        return SlotOutcome(style, None, problems, tuple(failures))

@@ -177,6 +177,10 @@ def test_grades_builtin_predictions(tmp_path):
     assert records[1]["extraction_rule"] == "labelled"
     assert records[2]["outcome"] == "wrong_answer" and records[2]["pass"] < records[2]["total"]
     assert records[3]["extraction_rule"] == "none" and records[3]["predicted_code"] is None
+    # the sandbox layers each graded program ran under: in its record, and once in the summary
+    layers = {r["isolation"] for r in records if r["predicted_code"]}
+    assert len(layers) == 1 and "seccomp" in next(iter(layers)) and "isolation" not in records[4]
+    assert summary["isolation"] == next(iter(layers)) and f"sandbox: {summary['isolation']}" in proc.stderr
     assert "pass@1 0.4000 (2/5)" in proc.stderr
 
 

@@ -97,3 +97,32 @@ def test_comparator_matches_official_rules():
     assert not compare.outputs_match("sNaN 1", "sNaN 2")  # sNaN refuses comparison: no crash
     assert compare.first_mismatch("1\n2", "1\n3") == "line 2 differs"
     assert "output lines" in compare.first_mismatch("1", "1\n2")
+
+
+def test_copied_prelude_binds_exactly_what_running_it_after_the_guard_binds(tmp_path):
+    """Test processes inherit the program's module with the prelude's bindings (made once per
+    program) instead of running the prelude: after the guard it must hold, name for name, in the
+    same order and object for object, what running the prelude then gives."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    child = Path(__file__).resolve().parents[2] / "lcb" / "_child.py"
+    check = (
+        "import os, runpy, sys\n"
+        f"sys.argv = [{str(child)!r}]\n"
+        f"child = runpy.run_path({str(child)!r}, run_name='lcb_child')\n"
+        "job = {'mode': 'stdin', 'main_path': '/x/main.py', 'prelude': True}\n"
+        "job['module'] = child['program_module'](job)  # in the zygote, before the guard\n"
+        f"child['reliability_guard']({str(tmp_path)!r})\n"
+        "ran, copied = {}, dict(child['_enter_module'](job))\n"
+        "exec(child['PRELUDE_CODE'], ran)\n"
+        "for name in ('__name__', '__doc__', '__package__', '__loader__', '__spec__', '__file__', '_lcb_seed_'):\n"
+        "    del copied[name]\n"
+        "assert list(ran) == list(copied), ran.keys() ^ copied.keys()\n"
+        "assert all(ran[k] is copied[k] for k in ran), [k for k in ran if ran[k] is not copied[k]]\n"
+        "assert copied['open'] is not child['_real_os_open']\n"
+        "print('same', len(ran))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and done.stdout.startswith("same"), done.stderr[-2000:]

@@ -49,7 +49,8 @@ def _fenced(text: str) -> str:
 
 
 def reflection_reply(method: str, purpose: str, prompt: str, *, useful: bool,
-                     marked: tuple[str | None, str] = (None, "pattern-based")) -> str | None:
+                     marked: tuple[str | None, str] = (None, "pattern-based"),
+                     maspob_reply: str = "variant") -> str | None:
     """The scripted reflection model's answer for one purpose (None: not a request it knows)."""
     rule = MARKER if useful else "Write clean code."
     replies: dict[tuple[str, str], Any] = {
@@ -80,7 +81,7 @@ def reflection_reply(method: str, purpose: str, prompt: str, *, useful: bool,
         ("maspo", "judge"): lambda: judge_reply(prompt, useful=useful),
     }
     if (method, purpose) == ("maspob", "variant"):
-        return maspob_variant(prompt, useful=useful, marked=marked)
+        return maspob_variant(prompt, useful=useful, marked=marked, reply=maspob_reply)
     make = replies.get((method, purpose))
     return make() if make is not None else None
 
@@ -143,18 +144,29 @@ def judge_reply(prompt: str, *, useful: bool) -> str:
 
 
 MASPOB_MARKED = (None, "pattern-based")  # (role or None for every role, style) that gets MARKER
+# How the scripted model answers MASPOB's variant requests: ``variant`` writes one; the others
+# are models that cannot: ``echo`` repeats the original, ``refuse`` declines in prose, ``break``
+# rewrites it but drops its interface (every placeholder, tool and tag).
+MASPOB_REPLIES = ("variant", "echo", "refuse", "break")
 
 
-def maspob_variant(prompt: str, *, useful: bool, marked: tuple[str | None, str] = MASPOB_MARKED) -> str | None:
+def maspob_variant(prompt: str, *, useful: bool, marked: tuple[str | None, str] = MASPOB_MARKED,
+                   reply: str = "variant") -> str | None:
     """A MASPOB pool variant: the seed prompt (kept verbatim, so its interface survives) plus a
     line in the requested style; in the useful world the ``marked`` (role, style) adds MARKER."""
     seed = re.search(r"^BEGIN PROMPT\n(.*?)\nEND PROMPT$", prompt, flags=re.MULTILINE | re.DOTALL)
-    role = re.search(r"system prompt of the `([^`]+)` role", prompt)
-    style = re.search(r"Style of the new prompt: ([a-z\-]+) -", prompt)
-    variant = re.search(r"\(Variant (\d+)\.\)", prompt)
+    role = re.search(r"for the `([^`]+)` role", prompt)
+    style = re.search(r"^Style to follow \(([a-z0-9\-]+)\):", prompt, flags=re.MULTILINE)
     if seed is None or role is None or style is None:
         return None
-    extra = f"Work in a {style.group(1)} way" + (f" (variant {variant.group(1)})." if variant else ".")
+    if reply == "refuse":
+        return "I'm sorry, but I can't rewrite system prompts."
+    if reply == "echo":
+        return f"BEGIN PROMPT\n{seed.group(1)}\nEND PROMPT"
+    if reply == "break":
+        plain = f"You are a helpful assistant. Solve the problem in the {style.group(1)} style."
+        return f"BEGIN PROMPT\n{plain}\nEND PROMPT"
+    extra = f"Work in a {style.group(1)} way."
     want_role, want_style = marked
     if useful and style.group(1) == want_style and want_role in (None, role.group(1)):
         extra += f"\n{MARKER}"
@@ -177,7 +189,7 @@ def _conversation_text(request: Any) -> str:
 
 def reflection_rule(
     world: str = "useful", *, latency_s: float = 0.0,
-    maspob_marked: tuple[str | None, str] = MASPOB_MARKED,
+    maspob_marked: tuple[str | None, str] = MASPOB_MARKED, maspob_reply: str = "variant",
 ) -> Any:
     """The scripted reflection model as a rule (it answers reflection and judge requests only)."""
     from optimizers.judge import JUDGE_SYSTEM
@@ -186,6 +198,8 @@ def reflection_rule(
 
     if world not in WORLDS:
         raise ValueError(f"world must be one of {WORLDS}")
+    if maspob_reply not in MASPOB_REPLIES:
+        raise ValueError(f"maspob_reply must be one of {MASPOB_REPLIES}")
 
     def reflect(request: Any) -> str | None:
         if REFLECTION_SYSTEM not in request.system and JUDGE_SYSTEM not in request.system:
@@ -194,14 +208,14 @@ def reflection_rule(
         if tag is None or world == "broken":
             return None  # no rule answers: the server replies HTTP 400
         return reflection_reply(tag.group(1), tag.group(2), request.last_user, useful=world == "useful",
-                                marked=maspob_marked)
+                                marked=maspob_marked, maspob_reply=maspob_reply)
 
     return FunctionRule("reflect", reflect, latency_s=latency_s)
 
 
 def world_script(
     *, world: str = "useful", seed_solves: Iterable[str] = (), latency_s: float = 0.0,
-    maspob_marked: tuple[str | None, str] = MASPOB_MARKED,
+    maspob_marked: tuple[str | None, str] = MASPOB_MARKED, maspob_reply: str = "variant",
 ) -> Any:
     """The Script for a scripted server (``world``: useful | useless | broken)."""
     from optimizers.judge import JUDGE_SYSTEM
@@ -218,7 +232,7 @@ def world_script(
         return answer(request)
 
     return Script(
-        [reflection_rule(world, latency_s=latency_s, maspob_marked=maspob_marked),
+        [reflection_rule(world, latency_s=latency_s, maspob_marked=maspob_marked, maspob_reply=maspob_reply),
          FunctionRule("solve", solve, latency_s=latency_s)],
         default=None,
     )

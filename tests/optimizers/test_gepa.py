@@ -44,10 +44,13 @@ def test_gepa_cli_improves_validation_and_deploys(tmp_path: Path, useful: Any) -
     assert MARKER in selection["deployed_candidate"]["components"]["role/solver"]
     optimization = read_sealed(out / "optimization.json")
     assert optimization["metadata"]["params"]["reflection_minibatch_size"] == 2  # the override arrived
-    assert optimization["budget"]["charged"] <= 30
+    # 4 (seed on validation) + 2 + 2 (parent and child minibatches) + 4 (the child on validation)
+    # + 2 + 2 (the child's other first-epoch minibatches: perfect, skipped); later minibatches are
+    # cache hits (free) while the engine's calls, cache hits included, reach 5 x 10 = 50
+    assert optimization["budget"]["charged"] == 16 and optimization["stop_reason"] == "max_full_evals"
     curve = list(read_jsonl(out / "optimization" / "learning_curve.jsonl"))
     stop = next(row for row in curve if row["reason"] == "stop")
-    assert curve[0]["reason"] == "initial_state" and curve[-1]["charged_rollouts"] <= 30
+    assert curve[0]["reason"] == "initial_state" and curve[-1]["charged_rollouts"] == 30  # carried to B
     assert stop["incumbent_candidate_id"] == selection["incumbent_candidate"]["id"]
     # The curve shows GEPA's committed incumbents (validation means), never a minibatch mean.
     assert stop["commits"] >= 1 and stop["incumbent_score"] == optimization["metadata"]["incumbent_val_score"]
@@ -71,7 +74,8 @@ def test_gepa_keeps_the_seed_when_reflection_proposes_nothing_useful(tmp_path: P
     assert result["selection"]["selected_candidate"] == "seed"
     assert result["test"]["delta_pp"] == 0.0
     optimization = read_sealed(tmp_path / "job" / "optimization.json")
-    assert optimization["metadata"]["proposals"] >= 1  # it did try
+    assert optimization["metadata"]["proposals"] == 8  # it did try
+    assert optimization["budget"]["charged"] == 16 and optimization["stop_reason"] == "max_full_evals"
     assert optimization["incumbent_candidate"]["id"] == optimization["seed_candidate"]["id"]
 
 
@@ -86,7 +90,10 @@ def test_gepa_by_default_edits_role_prompts_only(tmp_path: Path, useful: Any) ->
     assert "protocol/handoff" in seed["components"]
     assert optimization["metadata"]["components"] == ["role/debater"]
     candidates = list(read_jsonl(tmp_path / "job" / "optimization" / "candidates.jsonl"))
-    assert len(candidates) >= 2  # the seed and at least one proposal
+    assert len(candidates) == 2  # the seed and the proposal that won
+    # 4 (seed on validation) + 3 + 3 (parent and child) + 4 (child on validation) + 3 (the child's
+    # other train minibatch, perfect: skipped); then only cache hits until 5 x 10 engine calls
+    assert optimization["budget"]["charged"] == 17 and optimization["stop_reason"] == "max_full_evals"
     for candidate in candidates:
         changed = {k for k, v in candidate["components"].items() if seed["components"].get(k) != v}
         assert all(k.startswith("role/") for k in changed), changed
@@ -104,7 +111,7 @@ def test_gepa_protocol_editing_is_an_explicit_knob_and_its_own_cell(tmp_path: Pa
     assert optimization["metadata"]["components"] == ["protocol/handoff", "role/debater"]
     assert MARKER in optimization["incumbent_candidate"]["components"]["role/debater"]
     assert result["selection"]["selected_candidate"] == "incumbent"
-    assert optimization["budget"]["charged"] <= 40
+    assert optimization["budget"]["charged"] == 23 and optimization["stop_reason"] == "max_full_evals"
     assert result["cell"]["method_variant"]["components"] == "all"
 
 

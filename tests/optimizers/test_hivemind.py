@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from optimizers.hivemind.game import MaskMismatch, TeamGame
-from optimizers.hivemind.lessons import LESSONS_HEADER, parse_lessons, with_lessons
-from optimizers.hivemind.optimizer import HiveMindParams, fit_batches
+from optimizers.hivemind.lessons import LESSONS_HEADER, CaseLimits, cases_of, parse_block, with_lessons
+from optimizers.hivemind.optimizer import HiveMindParams, cycle_batches
 from optimizers.hivemind.shapley import exact_shapley, permutation_shapley, plan_coalitions, power_set
 from optimizers.journal import read_jsonl, read_sealed
 from optimizers.protocol.job.engine import run_job
@@ -88,12 +88,15 @@ def test_players_per_topology() -> None:
     centralized.check(frozenset({"coder_worker"}), ["manager", "coder_worker"], "p1")
 
 
-def test_cycle_sizes_shrink_toward_one_to_fit() -> None:
-    assert fit_batches(16, 5, 5, 600) == (5, 5)  # the reference's 90 rollouts per cycle at team size 4
-    assert fit_batches(8, 5, 5, 50) == (5, 5)  # centralized: 8 x 5 + 2 x 5
-    assert fit_batches(8, 5, 5, 30) == (3, 3)
-    assert fit_batches(2, 5, 4, 4) == (1, 1)
-    assert fit_batches(2, 5, 4, 3) is None
+def test_cycle_sizes_are_fixed_once_as_the_reference_shrinks_them() -> None:
+    splits = {"train": 150, "val": 50}
+    assert cycle_batches(16, 5, 5, **splits, remaining=600) == (5, 5)  # 90 rollouts per cycle at team size 4
+    assert cycle_batches(8, 5, 5, **splits, remaining=50) == (5, 5)  # centralized: 8 x 5 + 2 x 5
+    assert cycle_batches(8, 5, 5, **splits, remaining=30) == (3, 3)  # the coalition batch pulls accept down
+    assert cycle_batches(2, 5, 4, **splits, remaining=4) == (1, 1)
+    assert cycle_batches(2, 5, 4, **splits, remaining=3) == (1, 1)  # still too big: no cycle runs
+    assert cycle_batches(4, 5, 5, train=6, val=4, remaining=600) == (5, 4)  # capped by the splits
+    assert cycle_batches(4, 5, 5, train=3, val=4, remaining=600) == (3, 3)  # accept also by the train split
 
 
 def test_knobs_are_checked() -> None:
@@ -104,13 +107,52 @@ def test_knobs_are_checked() -> None:
         params_from(HiveMindParams, {"min_new_lessons": 4, "max_new_lessons": 2}, "hivemind")
 
 
-def test_lessons_are_parsed_between_markers_and_appended_to_the_seed() -> None:
-    reply = "thinking...\n<lessons>\n- Test the samples.\n* Test the samples.\n2) Read limits.\n\n</lessons> bye"
-    assert parse_lessons(reply, limit=5) == ["Test the samples.", "Read limits."]
-    assert parse_lessons("- one\nprose line\n- two", limit=1) == ["one"]
-    assert parse_lessons(None, limit=5) == [] and parse_lessons("no list at all", limit=5) == []
-    assert with_lessons("Seed.", []) == "Seed."
-    assert with_lessons("Seed.\n", ["a", "b"]) == f"Seed.\n\n{LESSONS_HEADER}\n- a\n- b"
+def test_a_reply_is_one_lesson_block_as_the_reference_parses_it() -> None:
+    reply = ("thinking...\n<lessons>\n- draft\n</lessons>\nfinal:\n<lessons>\n- Test the samples.\n"
+             "* Test the samples.\n2) Read limits.\n- <lesson 4>\n\n</lessons> bye")
+    # the last non-empty block; duplicates stay (the reference does not deduplicate), placeholders go
+    assert parse_block(reply) == "- Test the samples.\n* Test the samples.\n- Read limits."
+    assert parse_block("- one\nprose line\n3. two") == "- one\n- two"  # no markers: list items only
+    assert parse_block(None) == "" and parse_block("no list at all") == ""
+    assert parse_block("<lessons>\n</lessons>") == ""
+
+
+def test_the_cap_counts_lesson_blocks_so_an_accepted_block_survives_five_more() -> None:
+    blocks = [f"- lesson {i}a\n- lesson {i}b\n- lesson {i}c" for i in range(1, 8)]
+    assert with_lessons("Seed.", [], keep=6) == "Seed."
+    assert with_lessons("Seed.\n", blocks[:1], keep=6) == f"Seed.\n\n{LESSONS_HEADER}\n{blocks[0]}"
+    six = with_lessons("Seed.", blocks[:6], keep=6)
+    assert all(block in six for block in blocks[:6])  # 18 bullets, still every block
+    seven = with_lessons("Seed.", blocks, keep=6)
+    assert blocks[0] not in seven and all(block in seven for block in blocks[1:])
+
+
+class _Run:
+    def __init__(self, problem_id: str, score: float, trace: list[dict[str, Any]]) -> None:
+        self.problem_id, self.score, self.trace = problem_id, score, tuple(trace)
+
+
+def test_cases_show_the_problem_and_the_target_output_cut_as_the_reference() -> None:
+    def turn(source: str, agent: str, text: str) -> dict[str, Any]:
+        return {"source": source, "agent": agent, "kind": "ai", "content": text}
+
+    trace = [{"source": "user", "kind": "user", "content": "P " * 400},
+             turn("coder", "coder#0", "first"), turn("coder", "coder#1", "other\n  replica"),
+             turn("tester", "tester", "t1"), turn("tester", "tester", "t2"), turn("tester", "tester", "t3"),
+             turn("tester", "tester", "t4 " + "x" * 500)]
+    runs = [_Run(f"p{i}", float(i % 2), trace) for i in range(9)]
+    limits = CaseLimits(max_cases=3, problem_chars=300, output_chars=400)
+    losing, winning = cases_of(runs, "tester", lambda r: r.trace[0]["content"], replicas=False,
+                               fail_below=0.5, limits=limits)
+    assert [c.problem_id for c in losing] == ["p0", "p2", "p4"] and [c.problem_id for c in winning] == [
+        "p1", "p3", "p5"]
+    case = losing[0]
+    assert len(case.question) == 300 and "\n" not in case.question
+    assert case.output.startswith("t2 --- t3 --- t4 x") and len(case.output) == 400  # the last three turns
+    shared, _ = cases_of(runs[:1], "coder", lambda r: "q", replicas=True, fail_below=0.5, limits=limits)
+    assert shared[0].output == "coder replica coder#0: first --- coder replica coder#1: other replica"
+    silent, _ = cases_of(runs[:1], "analyzer", lambda r: "q", replicas=False, fail_below=0.5, limits=limits)
+    assert silent[0].output == "(this agent was never activated in this run)"
 
 
 # ------------------------------------------------------------------------------------------------
@@ -207,16 +249,18 @@ def test_shapley_values_single_out_the_blocking_role(tmp_path: Path) -> None:
     assert result["selection"]["selected_candidate"] == "incumbent"
 
 
-def test_cycles_sample_anew_until_the_budget_ends(tmp_path: Path) -> None:
+def test_cycles_sample_anew_and_no_shrunken_cycle_ends_the_budget(tmp_path: Path) -> None:
     out = tmp_path / "job"
     pair_job(out, start_world(world="useless"), topology="single", team_size=1, budget=40, phase="optimize")
     optimization = read_sealed(out / "optimization.json")
-    # 18 + 18 rollouts, then the batches shrink to one problem each: 2 coalitions + 2 gate runs
+    # two cycles of 2 x 5 + 2 x 4 = 18; the 4 rollouts left cannot pay a whole cycle, and the
+    # batch sizes stay what they were (the reference fixes them once)
     assert [(row["coalition_batch"], row["acceptance_batch"]) for row in optimization["history"]] == [
-        (5, 4), (5, 4), (1, 1)]
-    assert optimization["budget"]["charged"] == 40 and optimization["stop_reason"] == "budget"
-    samples = {r["sample"] for r in read_jsonl(out / "optimization" / "rollouts.jsonl")}
-    assert samples == {0, 1, 2}  # every cycle observes the team anew, nothing is served from a cache
+        (5, 4), (5, 4)]
+    assert optimization["budget"]["charged"] == 36 and optimization["stop_reason"] == "budget"
+    samples = {(r["phase"], r["sample"]) for r in read_jsonl(out / "optimization" / "rollouts.jsonl")}
+    # every cycle observes the team anew, each coalition with its own sample (own request seeds)
+    assert samples == {("train", 0), ("train", 1), ("train", 2), ("train", 3), ("val", 0), ("val", 1)}
 
 
 def test_max_cycles_stops_the_search(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -20,7 +21,8 @@ PROBLEMS = ("demo_stdin", "demo_functional", "builtin_palindrome_anagram", "buil
 
 
 def write_job(root: Path, *, method: str, topology: str, seed: int, gain: int, fallback: bool = False,
-              model: str = "Qwen/Qwen3.5-9B", charged: int = 40, conformant: bool = True) -> Path:
+              model: str = "Qwen/Qwen3.5-9B", charged: int = 40, conformant: bool = True,
+              optimism: dict[str, Any] | None = None) -> Path:
     """One finished job whose deployed prompts solve ``gain`` more test problems than the seed's."""
     folder = root / method / "lcb" / topology / "qwen" / str(seed)
     (folder / "optimization").mkdir(parents=True, exist_ok=True)
@@ -43,6 +45,7 @@ def write_job(root: Path, *, method: str, topology: str, seed: int, gain: int, f
         "fallback_reason": "validation_not_better" if fallback else None,
         "baseline_validation_score": 0.4, "incumbent_validation_score": 0.4 if fallback else 0.6,
         "validation_delta": 0.0 if fallback else 0.2,
+        **({"optimism": optimism} if optimism is not None else {}),
     }
     test = {"example_ids": list(PROBLEMS), "baseline_scores": baseline, "deployed_scores": deployed,
             "baseline_mean": sum(baseline) / n, "deployed_mean": sum(deployed) / n, "delta_pp": delta,
@@ -100,11 +103,14 @@ def screenshot(html: Path, target: Path) -> str:
 
 
 def assert_rendered(dom: str, shot: Path) -> None:
+    """Every panel is on the page, drawn (an embedded PNG) or saying in one line why not."""
     from PIL import Image
 
     for panel_id in ("summary", *PANELS):
         assert f'id="panel-{panel_id}"' in dom
-    assert dom.count("data:image/png;base64,") == len(PANELS)
+    drawn = dom.count("data:image/png;base64,")
+    idle = len(re.findall(r'<section id="panel-[^"]+" class="panel"><h2>[^<]*</h2><p class="idle-line">', dom))
+    assert drawn + idle == len(PANELS) and drawn >= 1
     image = Image.open(shot).convert("L")
     histogram = image.histogram()
     non_white = sum(histogram[:245]) / sum(histogram)

@@ -68,13 +68,13 @@ def test_apply_endpoint_pool_fills_only_missing_endpoints() -> None:
     assert apply_endpoint_pool({"task_endpoints": []}, 3) == {"task_endpoints": []}
 
 
-def _app_uses_endpoint_pool() -> bool:
-    root = Path(__file__).resolve().parents[2]
-    sources = [root / "optimizers" / "protocol" / "run" / name for name in ("app.py", "hydra_config.py")]
-    return any("apply_endpoint_pool" in p.read_text() for p in sources if p.is_file())
+def _joblib_launcher_installed() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("hydra_plugins.hydra_joblib_launcher") is not None
 
 
-@pytest.mark.skipif(not _app_uses_endpoint_pool(), reason="the app does not call apply_endpoint_pool yet")
+@pytest.mark.skipif(not _joblib_launcher_installed(), reason="hydra-joblib-launcher is not installed")
 def test_four_jobs_share_two_servers(tmp_path: Path) -> None:
     from topologies.scripted import ScriptedServer
 

@@ -55,21 +55,31 @@ def test_cli_writes_html_pngs_and_json(tmp_path: Path, capsys: pytest.CaptureFix
     assert report.main([str(tmp_path / "runs"), "--out", str(out), "--bootstrap", "200"]) == 0
     assert json.loads(capsys.readouterr().out) == {"html": str(out / "report.html"), "cells": 5, "jobs": 13}
     html = (out / "report.html").read_text()
+    summary = json.loads((out / "report.json").read_text())
+    drawn, idle = set(summary["panels"]), set(summary["idle_panels"])
+    assert drawn | idle == set(PANELS) and not drawn & idle
+    # The fixtures record no optimism gap and no reply counts: those two panels say so in one line.
+    assert idle == {"optimism_gap", "truncation"}
     for panel_id in PANELS:
+        assert f'id="panel-{panel_id}"' in html
+        assert (out / f"{panel_id}.png").exists() is (panel_id in drawn)
+    for panel_id in drawn:
         width, height = _png_ok((out / f"{panel_id}.png").read_bytes())
         assert width > 300 and height > 150
-        assert f'id="panel-{panel_id}"' in html
     embedded = re.findall(r'src="data:image/png;base64,([^"]+)"', html)
-    assert len(embedded) == len(PANELS)
+    assert len(embedded) == len(drawn)
     for payload in embedded:
         _png_ok(base64.b64decode(payload))
     assert "src=\"http" not in html and "<script" not in html  # self-contained
-    summary = json.loads((out / "report.json").read_text())
     gepa = next(c for c in summary["cells"] if c["method"] == "gepa" and c["runtime"] == "sequential")
     assert gepa["delta_pp"] == pytest.approx(22.222, abs=1e-3) and gepa["complete"]
+    # Every job has its page, linked from the Cells table (its seed) and from the Jobs table.
+    assert len(summary["job_pages"]) == 13
+    for page in summary["job_pages"].values():
+        assert (out / page).is_file() and html.count(f'href="{page}"') == 2
 
 
-def test_a_folder_of_nonconformant_jobs_only_renders_marked_on_every_panel(
+def test_a_folder_of_nonconformant_jobs_only_renders_marked_once_per_page(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     runs = tmp_path / "runs"
     for seed in (0, 1):
@@ -79,12 +89,13 @@ def test_a_folder_of_nonconformant_jobs_only_renders_marked_on_every_panel(
     assert json.loads(capsys.readouterr().out)["jobs"] == 2
     html = (out / "report.html").read_text()
     warning = "NON-CONFORMANT: all job(s) ran off the grid protocol"
+    assert html.count(warning) == 1 and html.index(warning) < html.index('id="panel-summary"')
     sections = re.findall(r'<section id="panel-([^"]+)"[^>]*>(.*?)</section>', html, flags=re.S)
-    drawn = [panel_id for panel_id, body in sections if "<img" in body or "<table" in body]
-    assert set(drawn) == {"summary", "trust", *PANELS}
-    assert all(warning in body for panel_id, body in sections if panel_id in drawn)
+    assert not any(warning in body for _, body in sections)
     summary = json.loads((out / "report.json").read_text())
     assert summary["nonconformant_jobs"] == 2 and summary["cells"][0]["seeds"] == [0, 1]
+    for page in summary["job_pages"].values():  # each job page says it once too
+        assert (out / page).read_text().count("NON-CONFORMANT") == 1
 
 
 def test_the_stamp_is_drawn_into_each_png(tmp_path: Path) -> None:
@@ -131,7 +142,11 @@ def test_a_run_without_curves_or_test_difficulty_still_gets_every_panel(tmp_path
     (folder / "optimization" / "learning_curve.jsonl").unlink()
     (folder / "job.json").unlink()  # no data source known: difficulty 'unknown'
     written = report.write_report(load([tmp_path], replicates=100), tmp_path / "out", [tmp_path])
-    assert set(PANELS) <= set(written)
+    summary = json.loads(written["json"].read_text())
+    assert set(summary["panels"]) | set(summary["idle_panels"]) == set(PANELS)
+    assert "no curve to draw" in summary["idle_panels"]["learning_curves"]
+    html = written["html"].read_text()
+    assert all(f'id="panel-{panel_id}"' in html for panel_id in PANELS)
     data = load([tmp_path], replicates=100)
     assert set(data.jobs[0].difficulty.values()) == {"unknown"}
 

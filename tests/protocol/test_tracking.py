@@ -4,6 +4,7 @@ resume into the same run id, and that tracking failures never fail a job."""
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -249,6 +250,20 @@ def test_a_real_job_gets_curves_tables_and_artifact(tmp_path: Path) -> None:
     assert run.summary["budget/charged"] == charged
     # Truncation per phase and role reaches W&B (the scripted model never cuts a reply).
     assert run.summary["truncation/test/all"] == 0.0 and run.summary["truncation/optimize/solver"] == 0.0
+    # The job page's story: candidate steps with parent and changed field, the deployed-vs-seed diff
+    # as an HTML panel, and the per-problem verdicts with flipped problems first.
+    steps = run.table("tables/candidate_steps")
+    assert steps["columns"][:4] == ["order", "candidate_id", "parent", "changed"]
+    seed_row, child_row = steps["data"]
+    assert seed_row[3] == "seed" and seed_row[8] == "seed"
+    assert child_row[2] == seed_row[1] and child_row[3] == "role solver" and child_row[8] == "returned"
+    assert child_row[4] > 0 and child_row[9] is True  # evaluated (charged rollouts) and deployed
+    diff = run.media_text("panels/deployed_vs_seed")
+    assert re.findall(r'<td class="ln add">(.*?)</td>', diff) == ["&lt;&lt;solve-all&gt;&gt;"]
+    verdicts = run.table("tables/test_verdicts")
+    flips = [row[verdicts["columns"].index("flipped")] for row in verdicts["data"]]
+    assert "gained" in flips and flips == sorted(flips, key=lambda flip: flip != "gained")
+    assert len(verdicts["data"]) == len(result["test"]["example_ids"])
 
 
 def test_reflection_calls_reach_wandb_as_they_are_journaled(tmp_path: Path) -> None:

@@ -336,6 +336,9 @@ class Job:
         finally:
             if bar is not None:
                 bar.close()
+        if error is not None:
+            # One line, also in quiet runs (after the bar): the job goes on with the seed, and says why.
+            print(f"warning: optimization failed: {' '.join(error.split())}", file=sys.stderr, flush=True)
         self._check_result(result, budget)
         snapshot = budget.snapshot()
         evaluator.note_candidate(result.best)
@@ -560,6 +563,7 @@ class Job:
             "optimization": {
                 "status": optimization["status"],
                 "failure_kind": optimization["failure_kind"],
+                "error": optimization.get("error"),  # the cause when the optimization failed
                 "stop_reason": optimization["stop_reason"],
                 "budget": {
                     "maximum": budget["maximum"],

@@ -155,7 +155,7 @@ def _tokens(usage: Any) -> int:
     return int(usage.get("prompt_tokens", 0) or 0) + int(usage.get("completion_tokens", 0) or 0)
 
 
-def _evaluation_dir(folder: Path) -> Path:
+def evaluation_dir(folder: Path) -> Path:
     """The job's evaluation cache: ``evaluation_cache`` of its config.yaml, else ``<job>/evaluations``."""
     config = folder / "config.yaml"
     if config.is_file():
@@ -195,7 +195,7 @@ def test_difficulties(folder: Path, test: Mapping[str, Any], data_source: str | 
         found.update({i: str(d) for i, d in zip(ids, listed) if d})
     evaluation_id = test.get("deployed_evaluation_id")
     if evaluation_id and len(found) < len(ids):
-        evaluation = read_json_object(_evaluation_dir(folder) / f"{evaluation_id}.json") or {}
+        evaluation = read_json_object(evaluation_dir(folder) / f"{evaluation_id}.json") or {}
         for record in evaluation.get("records") or ():
             difficulty = record.get("difficulty") or (record.get("details") or {}).get("difficulty")
             if difficulty and record.get("problem_id"):

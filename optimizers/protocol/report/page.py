@@ -1,9 +1,11 @@
 """``python -m optimizers.protocol.report ROOT... --out DIR``: the comparison report.
 
 Writes ``DIR/report.html`` (self-contained: every plot embedded as base64 PNG) and the same plots
-as ``DIR/<panel>.png`` beside it, plus ``DIR/report.json`` (the numbers behind the page). Panels:
-the Δpp heatmap method × topology with 95 % CIs, learning curves per cell, cost (tokens, wall
-time) vs gain, pass@1 by difficulty and the fallback rate. Cells and statistics come from
+as ``DIR/<panel>.png`` beside it, plus ``DIR/report.json`` (the numbers behind the page) and one
+page per job under ``DIR/jobs/`` (``report.job_page``; a one-job report opens with that job's
+story). Panels: the Δpp heatmap method × topology with 95 % CIs, learning curves per cell, cost
+(tokens, wall time) vs gain, pass@1 by difficulty and the fallback rate; a panel with nothing to
+say for these jobs is one line saying why (``report.idle``). Cells and statistics come from
 ``optimizers.protocol.aggregate``; a cell missing seeds is drawn from the seeds it has, marked
 partial.
 
@@ -99,46 +101,61 @@ th { background: #f3f3f3; } td.l, th.l { text-align: left; }
 img { max-width: 100%; border: 1px solid #eee; }
 .notes li { font-size: 0.8rem; color: #555; }
 .nonconformant { color: #b00020; font-weight: 600; font-size: 0.9rem; }
+.idle-line { color: #555; font-style: italic; }
 """
 
 
-def render_html(data: Any, images: dict[str, bytes], roots: Sequence[Path]) -> str:
+def render_html(data: Any, images: dict[str, bytes], roots: Sequence[Path], *,
+                pages: dict[Path, str] | None = None, stories: Sequence[Any] = ()) -> str:
+    """The page: a panel without an image in ``images`` has nothing to say and gets its one line."""
+    from optimizers.protocol.report.idle import idle_reason
+    from optimizers.protocol.report.job_links import jobs_table, seed_links, single_job_story
+    from optimizers.protocol.report.job_page import STYLE as JOB_STYLE
     from optimizers.protocol.report.plots import PANELS
 
     escape = html.escape
+    pages = pages or {}
     warning = data.nonconformant_label
-    mark = f"<p class=\"nonconformant\">{escape(warning)}</p>" if warning else ""
     parts = [
         "<!DOCTYPE html>", "<html lang=\"en\"><head><meta charset=\"utf-8\">",
-        "<title>lcb-grid comparison report</title>", f"<style>{_STYLE}</style></head><body>",
+        "<title>lcb-grid comparison report</title>", f"<style>{_STYLE}{JOB_STYLE}</style></head><body>",
         "<h1>lcb-grid: does optimization help the team?</h1>",
         f"<p class=\"caption\">{len(data.jobs)} job(s) in {len(data.cells)} cell(s) from "
         f"{escape(', '.join(str(r) for r in roots))}; generated {escape(time.strftime('%Y-%m-%d %H:%M:%S'))}.</p>",
-        f"<section id=\"panel-summary\"><h2>Cells</h2>{mark}<table><thead><tr>"
+        # Once per page: every panel below (and every PNG, stamped) is drawn from these jobs.
+        f"<p class=\"nonconformant\">{escape(warning)}</p>" if warning else "",
+        *single_job_story(stories, pages),
+        "<section id=\"panel-summary\"><h2>Cells</h2><table><thead><tr>"
         "<th class=\"l\">method</th><th class=\"l\">runtime</th><th class=\"l\">model</th><th>seeds</th>"
         "<th>seed pass@1</th><th>deployed pass@1</th><th>Δpp</th><th>95 % CI (pp)</th><th>fallbacks</th>"
         "<th>judge/probe calls (tokens) per job</th></tr></thead><tbody>",
     ]
-    for row in summary_rows(data):
+    for row, cell in zip(summary_rows(data), data.cells):
         ci = "–" if row["ci95_pp"] is None else f"[{row['ci95_pp'][0]:+.2f}, {row['ci95_pp'][1]:+.2f}]"
-        seeds = ",".join(map(str, row["seeds"])) + ("" if row["complete"] else " (partial)")
+        seeds = seed_links(cell, pages) + ("" if row["complete"] else " (partial)")
         parts.append(
             f"<tr><td class=\"l\">{escape(row['method'])}</td><td class=\"l\">{escape(row['runtime'])}</td>"
             f"<td class=\"l\">{escape(row['model'])}</td>"
-            f"<td class=\"{'' if row['complete'] else 'partial'}\">{escape(seeds)}</td>"
+            f"<td class=\"{'' if row['complete'] else 'partial'}\">{seeds}</td>"
             f"<td>{_fmt_score(row['seed_pass1'])}</td><td>{_fmt_score(row['deployed_pass1'])}</td>"
             f"<td>{_fmt_pp(row['delta_pp'])}</td><td>{ci}</td><td>{row['fallbacks']}/{row['jobs']}</td>"
             f"<td>{row['uncharged_calls']:g} ({row['uncharged_tokens']:g})</td></tr>")
     parts.append("</tbody></table></section>")
     from optimizers.protocol.report.trust_panels import html_sections
 
-    parts.extend(html_sections(data, mark))
+    parts.extend(html_sections(data, power_note=idle_reason("power", data)))
     for panel_id, panel in PANELS.items():
+        head = f"<section id=\"panel-{panel_id}\" class=\"panel\"><h2>{escape(panel.title)}</h2>"
+        if panel_id not in images:
+            reason = idle_reason(panel_id, data) or "Nothing to draw."
+            parts.append(f"{head}<p class=\"idle-line\">{escape(reason)}</p></section>")
+            continue
         encoded = base64.b64encode(images[panel_id]).decode("ascii")
         parts.append(
-            f"<section id=\"panel-{panel_id}\" class=\"panel\"><h2>{escape(panel.title)}</h2>{mark}"
-            f"<p class=\"caption\">{escape(panel.caption)}</p>"
+            f"{head}<p class=\"caption\">{escape(panel.caption)}</p>"
             f"<img alt=\"{escape(panel.title)}\" src=\"data:image/png;base64,{encoded}\"></section>")
+    if pages:
+        parts.append(jobs_table(data, stories, pages))
     if data.notes or data.skipped:
         parts.append("<section id=\"panel-notes\"><h2>Notes</h2><ul class=\"notes\">")
         parts.extend(f"<li>{escape(text)}</li>" for text in [*data.notes, *(f"skipped {s}" for s in data.skipped)])
@@ -148,27 +165,39 @@ def render_html(data: Any, images: dict[str, bytes], roots: Sequence[Path]) -> s
 
 
 def write_report(data: Any, out: Path, roots: Sequence[Path]) -> dict[str, Path]:
-    """Draw every panel, write the PNGs, report.html and report.json atomically; return their paths."""
+    """Draw every panel that has something to say, write the PNGs, one page per job under jobs/,
+    report.html and report.json atomically; return their paths."""
     from optimizers.journal import write_text_atomic
+    from optimizers.protocol.report.idle import idle_reason
+    from optimizers.protocol.report.job_links import write_pages
     from optimizers.protocol.report.plots import PANELS
 
     out.mkdir(parents=True, exist_ok=True)
     images: dict[str, bytes] = {}
     written: dict[str, Path] = {}
+    idle: dict[str, str] = {}
     for panel_id, panel in PANELS.items():
-        images[panel_id] = render_png(mark_nonconformant(panel.draw(data), data.nonconformant_label))
         target = out / f"{panel_id}.png"
+        reason = idle_reason(panel_id, data)
+        if reason is not None:
+            idle[panel_id] = reason
+            target.unlink(missing_ok=True)  # a PNG of an earlier run must not outlive its panel
+            continue
+        images[panel_id] = render_png(mark_nonconformant(panel.draw(data), data.nonconformant_label))
         temp = target.with_name(f".{target.name}.tmp")
         temp.write_bytes(images[panel_id])
         temp.replace(target)
         written[panel_id] = target
-    write_text_atomic(out / "report.html", render_html(data, images, roots))
+    stories, pages = write_pages(data, out, style=_STYLE)
+    write_text_atomic(out / "report.html", render_html(data, images, roots, pages=pages, stories=stories))
     from optimizers.protocol.report.trust_panels import payload as trust_payload
 
     payload = {"schema": SCHEMA, "roots": [str(r) for r in roots], "cells": summary_rows(data),
                "trust": trust_payload(data),
                "nonconformant_jobs": data.nonconformant_jobs,
-               "panels": {k: f"{k}.png" for k in PANELS}, "notes": list(data.notes), "skipped": list(data.skipped)}
+               "panels": {k: f"{k}.png" for k in images}, "idle_panels": idle,
+               "job_pages": {str(folder): page for folder, page in pages.items()},
+               "notes": list(data.notes), "skipped": list(data.skipped)}
     write_text_atomic(out / "report.json", json.dumps(payload, indent=2, sort_keys=True) + "\n")
     written["html"] = out / "report.html"
     written["json"] = out / "report.json"
@@ -288,7 +317,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for reason in data.skipped:
         log.warning("skipped %s", reason)
     if data.nonconformant_label:
-        log.warning("%s; every panel says so", data.nonconformant_label)
+        log.warning("%s; the page says so once, every PNG carries it", data.nonconformant_label)
     written = write_report(data, args.out, args.roots)
     log.info("%d job(s), %d cell(s): report written to %s", len(data.jobs), len(data.cells), written["html"])
     if args.wandb:

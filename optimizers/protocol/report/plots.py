@@ -77,7 +77,9 @@ def learning_curves(data: ReportData) -> Any:
                 continue
             for job_index, job in enumerate(jobs):
                 xs, ys = zip(*job.curve)
+                # A one-point curve is a dot (a step line through one point draws nothing).
                 axes.step(xs, ys, where="post", color=colors[cell.method], alpha=0.85, linewidth=1.4,
+                          marker="o" if len(xs) == 1 else None, markersize=6,
                           label=cell.method if job_index == 0 else None)
         axes.set_title(f"{runtime} / {model}", fontsize=10)
         axes.set_xlabel("charged rollouts")

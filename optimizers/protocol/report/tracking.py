@@ -11,8 +11,10 @@ The engine always writes JSONL journals; this module adds one W&B run per job on
   learning curve points and the task model's tokens and calls (read incrementally from the job's
   own journals, so nothing is counted twice and nothing needs the optimizer's help).
 - At ``finish``: every candidate's prompts as a table, the learning curve as a table, the
-  deployed prompts as an artifact, and selection, test and usage figures in the summary; then one
-  line says where an offline run's files are and the command that uploads them.
+  deployed prompts as an artifact, the job page's story (``optimizers.protocol.report.tracking_job``:
+  candidate steps, the deployed-vs-seed diff as HTML, the per-problem test verdicts), and
+  selection, test and usage figures in the summary; then one line says where an offline run's
+  files are and the command that uploads them.
 
 Mode: offline unless ``tracker.mode=online`` *and* an API key is configured; ``WANDB_MODE=disabled``
 turns W&B off. An online init that cannot reach the server within ``init_timeout_s`` falls back
@@ -397,6 +399,9 @@ class WandbTracker:
                                  record.get("id") == deployed])
             run.log({"tables/candidates": wandb.Table(
                 columns=["candidate_id", "parent", "component", "text", "deployed"], data=rows)})
+        from optimizers.protocol.report.tracking_job import log_job_story
+
+        log_job_story(run, wandb, self.folder)  # candidate steps, deployed-vs-seed diff, test verdicts
         summary = self._final_summary(selection)
         for key, value in summary.items():
             run.summary[key] = value
@@ -507,12 +512,16 @@ class OfflineRun:
 
     def table(self, key: str) -> dict[str, Any]:
         """A logged ``wandb.Table`` (columns/data) by its summary key, from the run's media files."""
+        return json.loads(self.media_text(key))
+
+    def media_text(self, key: str) -> str:
+        """The file behind a logged media value (a table's JSON, an ``wandb.Html`` page) by its summary key."""
         entry = self.summary.get(key)
         # the transaction log flattens nested summary values into dotted keys
         media = entry.get("path") if isinstance(entry, Mapping) else self.summary.get(f"{key}.path")
         if not media:
-            raise KeyError(f"no table {key!r} in the run's summary")
-        return json.loads((self.path / "files" / str(media)).read_text(encoding="utf-8"))
+            raise KeyError(f"no media {key!r} in the run's summary")
+        return (self.path / "files" / str(media)).read_text(encoding="utf-8")
 
 
 def offline_run_dirs(root: Path) -> list[Path]:

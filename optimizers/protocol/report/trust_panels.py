@@ -96,9 +96,10 @@ def _seconds(value: float | None) -> str:
     return "–" if value is None else f"{value:.1f}"
 
 
-def html_sections(data: ReportData, mark: str = "") -> list[str]:
-    """The trust table (per cell) and the power statement, as HTML sections; ``mark`` (the
-    report's non-conformant warning, or empty) heads each of them like every other panel."""
+def html_sections(data: ReportData, mark: str = "", *, power_note: str | None = None) -> list[str]:
+    """The trust table (per cell) and the power statement, as HTML sections; ``mark`` (HTML, or
+    empty) heads each of them; ``power_note`` replaces the power statement with one line saying why
+    it has nothing to say (``report.idle``)."""
     escape = html.escape
     info = payload(data)
     parts = [
@@ -123,6 +124,10 @@ def html_sections(data: ReportData, mark: str = "") -> list[str]:
             f"<td>{_pp(optimism['mean_optimism_gap_pp'])}</td><td>{_pp(optimism['mean_excess_optimism_pp'])}</td>"
             f"<td>{_rate(cut['task']['rate'])}</td><td>{_rate(cut['reflection']['rate'])}</td></tr>")
     parts.append("</tbody></table></section>")
+    if power_note is not None:
+        parts.append(f"<section id=\"panel-power\"><h2>Statistical power</h2><p class=\"idle-line\">"
+                     f"{escape(power_note)}</p></section>")
+        return parts
     parts.append("<section id=\"panel-power\"><h2>Statistical power</h2>" + mark + "<p class=\"caption\">Minimum "
                  "detectable effect (pp) at 80 % power for the grid's design: exact McNemar per seed, Holm "
                  "over the family's tests; a difference smaller than this is not evidence of no effect.</p><ul>")
