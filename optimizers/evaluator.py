@@ -17,6 +17,11 @@ the protocol promises around it:
   so a masked and an unmasked run of the same candidate never share a cache entry. The request
   seed does not depend on the mask: coalitions of one candidate on one problem share their
   randomness (common random numbers), so their value differences measure the agents.
+- paired runs (``pairing=``): by default a rollout's seed depends on the candidate; requests that
+  name a pairing key get a seed from that key instead, so different candidates on the same problem
+  share their randomness (a parent and its children compared row by row, as the reference's
+  session seeds do). The key is part of the rollout key and of every journal line: the same
+  candidate under another pairing key is a fresh, charged rollout.
 """
 
 from __future__ import annotations
@@ -100,6 +105,7 @@ class Rollout:
     cached: bool = False  # served again from this run's cache (never charged)
     latency_s: float = 0.0
     active: Mask | None = None  # the agents that acted (a masked run); None: the whole team
+    pairing: str | None = None  # the seed-pairing key of a paired run; None: seeded by candidate
 
     @property
     def usable(self) -> bool:
@@ -111,7 +117,7 @@ class Rollout:
 
     @property
     def key(self) -> RolloutKey:
-        return RolloutKey(self.candidate_id, self.problem_id, self.phase, self.sample, self.active)
+        return RolloutKey(self.candidate_id, self.problem_id, self.phase, self.sample, self.active, self.pairing)
 
     def to_dict(self, *, with_trace: bool = True) -> dict[str, Any]:
         return {
@@ -132,6 +138,7 @@ class Rollout:
             "attempts": self.attempts,
             "latency_s": round(self.latency_s, 4),
             **({"active": list(self.active)} if self.active is not None else {}),
+            **({"pairing": self.pairing} if self.pairing is not None else {}),
         }
 
     @classmethod
@@ -154,6 +161,7 @@ class Rollout:
             attempts=int(data.get("attempts", 0)),
             latency_s=float(data.get("latency_s", 0.0)),
             active=_mask_from(data),
+            pairing=data.get("pairing"),
         )
 
 
@@ -169,6 +177,12 @@ class RolloutKey:
     phase: str
     sample: int
     active: Mask | None = None
+    pairing: str | None = None
+
+    @property
+    def seed_owner(self) -> str:
+        """What the request seed is derived from in place of the candidate id."""
+        return self.candidate_id if self.pairing is None else f"pairing:{self.pairing}"
 
 
 class Evaluator(Protocol):
@@ -178,7 +192,7 @@ class Evaluator(Protocol):
 
     async def evaluate(
         self, candidate: Candidate, problem_ids: Sequence[str], *, phase: str = "train", sample: int = 0,
-        active: Collection[str] | None = None,
+        active: Collection[str] | None = None, pairing: str | None = None,
     ) -> list[Rollout]: ...
 
 
@@ -205,6 +219,7 @@ def rollout_from_attempt(
         sample=key.sample,
         seed=seed,
         active=key.active,
+        pairing=key.pairing,
         status=outcome,
         score=float(result.score) if outcome.charged else 0.0,
         feedback=feedback,
@@ -267,6 +282,7 @@ async def run_with_retries(
                 "phase": key.phase,
                 "sample": key.sample,
                 **({"active": list(key.active)} if key.active is not None else {}),
+                **({"pairing": key.pairing} if key.pairing is not None else {}),
                 "seed": seed,
                 "mode": mode,
                 "attempt_index": attempt,
@@ -299,6 +315,7 @@ def final_attempt_record(rollout: Rollout, mode: str, *, repaired: bool = False)
         "phase": rollout.phase,
         "sample": rollout.sample,
         **({"active": list(rollout.active)} if rollout.active is not None else {}),
+        **({"pairing": rollout.pairing} if rollout.pairing is not None else {}),
         "seed": rollout.seed,
         "mode": mode,
         "attempt_index": rollout.attempts - 1,
@@ -391,7 +408,7 @@ class BudgetedEvaluator:
         finals: set[RolloutKey] = set()
         for record in read_jsonl(self.journal.attempts):
             key = RolloutKey(record["candidate_id"], record["problem_id"], record["phase"], int(record["sample"]),
-                             _mask_from(record))
+                             _mask_from(record), record.get("pairing"))
             if record.get("final"):
                 finals.add(key)
             elif record.get("outcome") == Outcome.INFRASTRUCTURE_FAILURE.value:
@@ -431,13 +448,14 @@ class BudgetedEvaluator:
 
     async def evaluate(
         self, candidate: Candidate, problem_ids: Sequence[str], *, phase: str = "train", sample: int = 0,
-        active: Collection[str] | None = None,
+        active: Collection[str] | None = None, pairing: str | None = None,
     ) -> list[Rollout]:
         """Score ``candidate`` on each problem; results in the order of ``problem_ids``.
 
         Budget slots are reserved in request order before anything runs, so which requests get
         executed when the budget runs out is deterministic. ``active`` runs the team masked: only
-        those agents act (charged like any rollout; its own cache entry).
+        those agents act (charged like any rollout; its own cache entry). ``pairing`` seeds the
+        runs by that key instead of by the candidate (see the module docstring).
         """
         mask = normalize_mask(active)
         if mask is not None and not getattr(self.system, "supports_masks", False):
@@ -451,7 +469,7 @@ class BudgetedEvaluator:
         self._note_candidate(candidate)
         waits: list[asyncio.Future[Rollout] | Rollout] = []
         for problem_id in ids:
-            waits.append(self._request(candidate, RolloutKey(candidate.id, problem_id, phase, sample, mask)))
+            waits.append(self._request(candidate, RolloutKey(candidate.id, problem_id, phase, sample, mask, pairing)))
         results: list[Rollout] = []
         for item in waits:
             results.append(await item if isinstance(item, asyncio.Future) else item)
@@ -527,8 +545,9 @@ class BudgetedEvaluator:
             problem_id=key.problem_id,
             phase=key.phase,
             sample=key.sample,
-            seed=self._seed_for(key.phase, key.candidate_id, key.problem_id, key.sample),
+            seed=self._seed_for(key.phase, key.seed_owner, key.problem_id, key.sample),
             active=key.active,
+            pairing=key.pairing,
             status=Outcome.BUDGET_EXHAUSTED,
             score=0.0,
             feedback="not run: the rollout budget is exhausted",
@@ -547,7 +566,7 @@ class BudgetedEvaluator:
             if self._semaphore is None:
                 self._semaphore = asyncio.Semaphore(self._concurrency)
             async with self._semaphore:
-                seed = self._seed_for(key.phase, key.candidate_id, key.problem_id, key.sample)
+                seed = self._seed_for(key.phase, key.seed_owner, key.problem_id, key.sample)
                 # Failed attempts journaled before a restart count toward this rollout's retries.
                 prior = self._journaled_failures.pop(key, 0)
                 for _ in range(prior):

@@ -11,9 +11,11 @@
 - the request seed is *logical*: derived from (method, job seed, purpose, prompt hash,
   occurrence), so it does not depend on call order or concurrency;
 - a failed call returns ``None`` (methods fall back: keep the current prompt, neutral credit).
-  A reply cut at the token limit (``finish_reason == "length"``) is a failed call: its text is
-  journaled for inspection but never handed to the method, so no half-written instruction or
-  JSON can be parsed into a prompt;
+  A reply cut at the token limit (``finish_reason == "length"``) is a failed call by default: its
+  text is journaled for inspection but never handed to the method, so no half-written instruction
+  or JSON can be parsed into a prompt. Call sites whose text never becomes a prompt (a judge's
+  score, a probe's output, a critique) pass ``keep_cut=True`` and get the cut text, as the
+  reference methods use it;
   ``max_consecutive_failures`` failures in a row raise ``ReflectionUnavailable`` (the job then
   reports the optimization as infrastructure-invalid instead of searching blind).
 
@@ -151,11 +153,15 @@ class ReflectionModel:
         max_tokens: int | None = None,
         top_p: float | None = None,
         system: str | None = None,
+        keep_cut: bool = False,
+        extra_body: Mapping[str, Any] | None = None,
     ) -> str | None:
         """The reply text, or None when the call failed (after the client's own retries).
 
         ``system`` replaces the purpose's system prompt (e.g. a probe that runs a candidate role
-        prompt as the system message); it is part of the journal key."""
+        prompt as the system message); it is part of the journal key. ``keep_cut``: a reply cut at
+        the token limit is returned (counted as truncated, not failed). ``extra_body``: request
+        fields for the endpoint (e.g. vLLM's ``chat_template_kwargs``)."""
         system = self.system_for(purpose) if system is None else system
         digest = prompt_hash(purpose, system, prompt)
         with self._lock:
@@ -179,6 +185,7 @@ class ReflectionModel:
                 f"reflection/{self.method}/{purpose}",
                 [{"role": "system", "content": system}, {"role": "user", "content": prompt}],
                 decoding=decoding,
+                **({"extra_body": dict(extra_body)} if extra_body else {}),
             )
         except asyncio.CancelledError:
             raise
@@ -193,7 +200,9 @@ class ReflectionModel:
             prompt_tokens = int(meta.get("input_tokens", 0) or 0)
             completion_tokens = int(meta.get("output_tokens", 0) or 0)
             finish = finish_reason_of(message)
-            if finish == TRUNCATED:
+            if finish == TRUNCATED and keep_cut:
+                cut_text = reply
+            elif finish == TRUNCATED:
                 cut_text, reply = reply, None
                 error = f"reply cut at the token limit ({decoding.max_tokens} tokens)"
         self._journal.append({
@@ -210,7 +219,7 @@ class ReflectionModel:
             "ok": reply is not None,
             "error": error,
             "finish_reason": finish,
-            **({"truncated_reply": cut_text} if cut_text is not None else {}),
+            **({"truncated_reply": cut_text} if cut_text is not None and reply is None else {}),
             "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens},
             "latency_s": round(time.monotonic() - started, 4),
             "time": time.time(),

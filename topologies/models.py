@@ -525,6 +525,7 @@ class OpenAIChatClient:
         decoding: Decoding,
         tools: Sequence[Any] = (),
         tool_choice: str | None = None,
+        extra_body: Mapping[str, Any] | None = None,
     ) -> Any:
         from langchain_core.messages import convert_to_messages
 
@@ -532,6 +533,8 @@ class OpenAIChatClient:
         # transport failure.
         prompt = convert_to_messages(list(messages))
         options = self._request_options(decoding)
+        if extra_body:  # this call's request fields win over the model's (e.g. thinking off)
+            options["extra_body"] = {**options.get("extra_body", {}), **extra_body}
         attempts = self.config.max_retries + 1
         failure: Failure | None = None
         avoid: _Endpoint | None = None

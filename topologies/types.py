@@ -78,6 +78,7 @@ class ChatClient(Protocol):
         decoding: Decoding,
         tools: Sequence[Any] = (),
         tool_choice: str | None = None,
+        extra_body: Mapping[str, Any] | None = None,  # request fields of this call (optional to honour)
     ) -> Any: ...
 
 

@@ -1,6 +1,17 @@
-"""MAPRO's pool refinement with the reflection model: initial reworded pools, topology-aware
-blame on failed runs (children critique their parents), and mutation of each role's best
-prompt by the adding / replacement / reorganization operators."""
+"""MAPRO's pool refinement with the reflection model, as the reference does it:
+
+- initial pools: the seed plus ``K - 1`` short reworded variants asked for in one request
+  (``VARIANT:`` lines), padded with the seed when the reply holds too few;
+- blame: on each sampled run that failed, every role with upstream roles critiques them
+  (``BLAME <role>: <one sentence>`` or ``OK``); in the star, each worker that acted critiques the
+  manager's delegation and the manager critiques the workers' reports; a lone shared prompt has
+  nobody upstream and gets no blame;
+- mutation: the best prompt plus ``K - 1`` rewrites cycling the adding / replacement /
+  reorganization operators, each given the global outcome and that role's blame.
+
+Pool variants and rewrites become prompts, so a reply cut at its token limit is refused (the
+slot keeps the seed or best prompt); a cut critique is still read.
+"""
 
 from __future__ import annotations
 
@@ -10,63 +21,73 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from optimizers.evaluator import Rollout
-from optimizers.reflection import (
-    ReflectionModel,
-    clip,
-    extract_fenced,
-    gather_limited,
-    outcome_line,
-    render_trace,
-    task_text,
-)
+from optimizers.mapro.contexts import delegations, head, outputs_of, task_of
+from optimizers.reflection import ReflectionModel, gather_limited, outcome_line
 from optimizers.team_graph import TeamGraph
 
 OPERATORS: Mapping[str, str] = {
-    "adding": "Keep every current instruction and add one or two concrete instructions that address the "
-              "feedback.",
-    "replacement": "Replace the instruction that most likely caused the failures with a better one; keep the "
-                   "rest.",
-    "reorganization": "Reorganize the prompt so the steps that matter most for these failures come first and "
-                      "are explicit; keep every requirement.",
+    "adding": "Operator ADDING: keep the prompt as it is and append exactly one concrete sentence, taken from "
+              "the feedback, that would fix the problem seen.",
+    "replacement": "Operator REPLACEMENT: rewrite the weak or error-prone parts of the prompt with clearer, more "
+                   "specific instructions that answer the feedback.",
+    "reorganization": "Operator REORGANIZATION: reorder and tidy the prompt so it is consistent and easy to follow, "
+                      "without changing what it asks for.",
 }
-_VARIANT = re.compile(r"^\s*VARIANT\s*\d*\s*:\s*", re.IGNORECASE | re.MULTILINE)
-_BLAME = re.compile(r"^\s*BLAME\s+`?([\w.-]+)`?\s*:\s*(.+)$", re.MULTILINE)
+BLAME_TEMPERATURE = 0.2
+BLAME_TASK_CHARS = 800
+BLAME_OUTPUT_CHARS = 600
+BLAME_KEEP_CHARS = 800  # per role, over all sampled runs
+
+_MARK = re.compile(r"^\W*(?:\d{1,2}[.)]\s*)?\**\s*VARIANT\s*\d*\s*\**\s*[:.\-\u2013]\s*\**",
+                   re.IGNORECASE | re.MULTILINE)
+_LABEL = re.compile(r"^\W*(?:\d{1,2}[.)]\s*)?\**\s*(?:VARIANT|PROMPT|ROLE PROMPT)\s*\d*\s*\**\s*[:.\-\u2013]\s*\**\s*",
+                    re.IGNORECASE)
+_FENCED = re.compile(r"^```[^\n]*\n(.*)\n```$", re.DOTALL)
+_BLAME = re.compile(r"BLAME\s+`?([^\s:`]+)`?\s*:\s*(.+)")
 
 
-def parse_variants(reply: str | None) -> list[str]:
-    """The texts after each ``VARIANT:`` marker (fences stripped); empty ones dropped."""
-    if not reply:
-        return []
-    pieces = _VARIANT.split(reply)[1:]
-    out = []
-    for piece in pieces:
-        text = extract_fenced(piece) or piece.strip().strip("`").strip()
-        if text and text not in out:
-            out.append(text)
-    return out
+def clean(text: str) -> str:
+    """A reply as a prompt: a leading ``VARIANT/PROMPT:`` label, quotes and (ours) one fence
+    around the whole reply removed."""
+    text = text.strip()
+    fenced = _FENCED.match(text)
+    if fenced:
+        text = fenced.group(1).strip()
+    return _LABEL.sub("", text, count=1).strip().strip('"').strip()
 
 
-def parse_blame(reply: str | None, targets: Sequence[str]) -> dict[str, list[str]]:
-    found: dict[str, list[str]] = {}
-    for name, text in _BLAME.findall(reply or ""):
-        if name in targets:
-            found.setdefault(name, []).append(" ".join(text.split())[:600])
-    return found
+def parse_variants(reply: str | None, wanted: int) -> list[str]:
+    """The reference's three readings, each tried when the one before found fewer than
+    ``wanted``: the text after each ``VARIANT`` mark; lines naming ``VARIANT``; any line."""
+    text = reply or ""
+    marks = list(_MARK.finditer(text))
+    variants = []
+    for index, mark in enumerate(marks):
+        end = marks[index + 1].start() if index + 1 < len(marks) else len(text)
+        piece = text[mark.end():end].strip().strip('"').strip()
+        if piece:
+            variants.append(piece)
+    if len(variants) < wanted:
+        variants = [clean(line) for line in text.splitlines() if "VARIANT" in line.upper()]
+    if len(variants) < wanted:
+        variants = [clean(line) for line in text.splitlines() if clean(line)]
+    return [v for v in variants if v][:wanted]
 
 
 async def initial_pools(
-    model: ReflectionModel, seed_prompts: Mapping[str, str], roles: Sequence[str], *, size: int, team: str,
-    temperature: float,
+    model: ReflectionModel, seed_prompts: Mapping[str, str], roles: Sequence[str], *, size: int, temperature: float,
 ) -> dict[str, list[str]]:
     """Seed prompt + ``size - 1`` reworded variants per role, padded with the seed if short."""
     async def one(role: str) -> list[str]:
+        if size <= 1:
+            return [seed_prompts[role]]
         prompt = (
-            f"Write {size - 1} reworded variants of the system prompt of the `{role}` agent in {team}. Keep its "
-            "meaning and every requirement; vary the wording, the order and the emphasis. Start each variant "
-            f"with a line `VARIANT:`.\n\nCurrent prompt:\n```\n{seed_prompts[role]}\n```"
+            f"Agent role: {role}\n\nBase role prompt:\n\"\"\"{seed_prompts[role]}\"\"\"\n\n"
+            f"Write {size - 1} alternative versions of this role prompt. Each keeps what the role is for but "
+            "changes the wording, the emphasis or the structure. Keep each one short (one to four sentences). "
+            "Put each version on its own line, starting with 'VARIANT:'."
         )
-        variants = [v for v in parse_variants(await model.ask(prompt, purpose="pool", temperature=temperature))
-                    if v != seed_prompts[role]][: size - 1]
+        variants = parse_variants(await model.ask(prompt, purpose="pool", temperature=temperature), size - 1)
         return [seed_prompts[role], *variants, *[seed_prompts[role]] * (size - 1 - len(variants))]
 
     pools = await asyncio.gather(*(one(role) for role in roles))
@@ -75,61 +96,118 @@ async def initial_pools(
 
 @dataclass(frozen=True, slots=True)
 class Feedback:
-    summary: str  # global: "n succeeded, m failed" plus verdict examples
-    blame: Mapping[str, list[str]]  # role -> critiques from its neighbours
+    summary: str  # global: "Over n sampled tasks, s succeeded and f failed." plus examples
+    blame: Mapping[str, str]  # role -> critiques from its neighbours (capped)
+
+
+@dataclass(frozen=True, slots=True)
+class _Critique:
+    critic: str
+    targets: tuple[str, ...]
+    prompt: str
+
+
+def _blame_prompt(rollout: Rollout, role: str, upstream: Sequence[tuple[str, str]], output: str) -> str:
+    parents = "\n".join(f"--- upstream {name} ---\n{head(text, BLAME_OUTPUT_CHARS)}" for name, text in upstream)
+    return (
+        f"The team's final result was INCORRECT.\n\nTask:\n{head(task_of(rollout.trace), BLAME_TASK_CHARS)}\n\n"
+        f"Agent '{role}' received these inputs from upstream agents and then wrote the output below.\n\n"
+        f"Upstream inputs:\n{parents}\n\nOutput of '{role}':\n{head(output, BLAME_OUTPUT_CHARS)}\n\n"
+        f"For each upstream agent above, say in one short sentence whether and how its output got in the way of "
+        f"'{role}'; write OK when it was fine. One line per upstream agent, exactly: BLAME <agent>: <sentence>"
+    )
+
+
+def _chain_critiques(graph: TeamGraph, rollout: Rollout) -> list[_Critique]:
+    trace = rollout.trace
+    jobs = []
+    for role in reversed(graph.roles):
+        parents = graph.parents(role)
+        if parents:
+            upstream = [(p, "\n".join(outputs_of(trace, p))) for p in parents]
+            jobs.append(_Critique(role, tuple(parents),
+                                  _blame_prompt(rollout, role, upstream, "\n".join(outputs_of(trace, role)))))
+    return jobs
+
+
+def _star_critiques(graph: TeamGraph, rollout: Rollout) -> list[_Critique]:
+    trace = rollout.trace
+    hub, workers = graph.roles[0], graph.children(graph.roles[0])
+    jobs = []
+    for worker in workers:
+        said = outputs_of(trace, worker)
+        if not said:
+            continue  # never acted in this run
+        given = delegations(trace, hub, worker)
+        upstream = [(hub, given[-1] if given else "(no explicit delegation found)")]
+        jobs.append(_Critique(worker, (hub,), _blame_prompt(rollout, worker, upstream, "\n".join(said))))
+    reports = [(w, (outputs_of(trace, w) or ["(this worker never acted)"])[-1]) for w in workers]
+    hub_said = outputs_of(trace, hub)
+    jobs.append(_Critique(hub, tuple(workers), _blame_prompt(rollout, hub, reports, hub_said[-1] if hub_said else "")))
+    return jobs
+
+
+def parse_blame(reply: str | None, targets: Sequence[str]) -> dict[str, list[str]]:
+    """``BLAME <agent>: <sentence>`` lines about ``targets``; ``OK`` verdicts dropped."""
+    found: dict[str, list[str]] = {}
+    for name, text in _BLAME.findall(reply or ""):
+        text = text.strip()
+        if name in targets and text.upper() != "OK":
+            found.setdefault(name, []).append(text)
+    return found
+
+
+def solved(rollout: Rollout) -> bool:
+    """The reference's blame and feedback count a run with any credit as correct."""
+    return rollout.score > 0
 
 
 async def blame_feedback(
-    model: ReflectionModel, graph: TeamGraph, rollouts: Sequence[Rollout], *, team: str, count: int,
-    limit: asyncio.Semaphore,
-) -> Feedback:
-    """On the ``count`` lowest-scoring runs of the best assignment, every role critiques the
-    roles it depends on (``TeamGraph.blame_targets``) on each failed run."""
+    model: ReflectionModel, graph: TeamGraph, rollouts: Sequence[Rollout], *, count: int, limit: asyncio.Semaphore,
+) -> tuple[Feedback, list[str]]:
+    """Feedback from the ``count`` lowest-scoring runs (stable in row order) of the best team;
+    returns it and the problem ids it sampled."""
     usable = [r for r in rollouts if r.usable]
-    worst = sorted(usable, key=lambda r: (r.score, r.problem_id))[:count]
-    solved = sum(1 for r in usable if r.score >= 1.0)
-    examples = "\n".join(f"- {r.problem_id}: {clip(outcome_line(r), 300)}" for r in worst)
-    summary = f"{solved} succeeded, {len(usable) - solved} failed.\n{examples}".strip()
-    jobs = [(r, role) for r in worst if r.score < 1.0 for role in graph.roles if graph.blame_targets(role)]
-
-    async def critique(rollout: Rollout, role: str) -> dict[str, list[str]]:
-        targets = graph.blame_targets(role)
-        names = ", ".join(f"`{t}`" for t in targets)
-        prompt = (
-            f"This run of {team} failed.\n\nTask:\n{task_text(rollout.trace, 1500)}\n\nVerdict: "
-            f"{outcome_line(rollout)}\n\nTranscript:\n{render_trace(rollout.trace, total=5000)}\n\n"
-            f"You are the `{role}` agent. Critique what {names} did that led to this failure and what their "
-            "prompts should tell them instead. One line per agent: `BLAME <agent>: <critique>`."
-        )
-        return parse_blame(await model.ask(prompt, purpose="blame"), targets)
-
-    results = await gather_limited(limit, [critique(r, role) for r, role in jobs])
-    blame: dict[str, list[str]] = {}
-    for found in results:
-        for target, lines in found.items():
-            for line in lines:
-                if line not in blame.setdefault(target, []):
-                    blame[target].append(line)
-    return Feedback(summary, blame)
+    sampled = sorted(usable, key=lambda r: r.score)[:count]
+    make = _star_critiques if graph.kind == "star" else _chain_critiques
+    jobs = [(index, job) for index, rollout in enumerate(sampled) if not solved(rollout)
+            for job in make(graph, rollout)]
+    replies = await gather_limited(limit, [
+        model.ask(job.prompt, purpose="blame", temperature=BLAME_TEMPERATURE, keep_cut=True) for _, job in jobs])
+    per_run: list[dict[str, list[str]]] = [{} for _ in sampled]
+    for (index, job), reply in zip(jobs, replies, strict=True):
+        for target, lines in parse_blame(reply, job.targets).items():
+            per_run[index].setdefault(target, []).extend(f"(from {job.critic}) {line}" for line in lines)
+    blame = {}
+    for role in graph.roles:
+        joined = " ".join(" ".join(run[role]) for run in per_run if run.get(role)).strip()
+        blame[role] = joined[:BLAME_KEEP_CHARS] + ("…" if len(joined) > BLAME_KEEP_CHARS else "")
+    failed = [r for r in sampled if not solved(r)]
+    summary = f"Over {len(sampled)} sampled tasks, {len(sampled) - len(failed)} succeeded and {len(failed)} failed."
+    examples = [f"The team answered INCORRECTLY ({head(outcome_line(r), 300)})" for r in failed[:2]]
+    if examples:
+        summary += " Examples: " + " | ".join(examples)
+    return Feedback(summary, blame), [r.problem_id for r in sampled]
 
 
 async def mutate_pools(
     model: ReflectionModel, best_prompts: Mapping[str, str], roles: Sequence[str], feedback: Feedback, *,
-    size: int, team: str, round_number: int, temperature: float, limit: asyncio.Semaphore,
+    size: int, round_number: int, temperature: float, limit: asyncio.Semaphore,
 ) -> dict[str, list[str]]:
     """New pool per role: the best prompt + ``size - 1`` rewrites cycling the operators."""
     operators = list(OPERATORS)
     jobs = [(role, index, operators[index % len(operators)]) for role in roles for index in range(size - 1)]
 
     async def rewrite(role: str, index: int, operator: str) -> str | None:
-        blame = "\n".join(f"- {line}" for line in feedback.blame.get(role, [])[:6]) or "- none"
         prompt = (
-            f"Improve the system prompt of the `{role}` agent in {team}.\nOperator: {operator}. "
-            f"{OPERATORS[operator]}\n\nCurrent prompt:\n```\n{best_prompts[role]}\n```\n\nHow the team did:\n"
-            f"{feedback.summary}\n\nWhat the other agents blame `{role}` for:\n{blame}\n\n"
-            f"(round {round_number}, variant {index + 1})\nReturn the complete new prompt in one fenced block."
+            f"Agent role: {role}\n\nCurrent role prompt:\n\"\"\"{best_prompts[role]}\"\"\"\n\n"
+            f"Feedback from running the team:\n- Overall outcome: {feedback.summary or '(none)'}\n"
+            f"- Critique aimed at this agent by the others: {feedback.blame.get(role) or '(none)'}\n\n"
+            f"{OPERATORS[operator]}\n\n(Revision attempt {round_number}.{index}: make it a distinct improvement.)\n\n"
+            "Reply with the new role prompt text only."
         )
-        return extract_fenced(await model.ask(prompt, purpose="mutate", temperature=temperature))
+        reply = await model.ask(prompt, purpose="mutate", temperature=temperature)
+        return clean(reply) if reply is not None else None
 
     rewrites = await gather_limited(limit, [rewrite(*job) for job in jobs])
     pools = {role: [best_prompts[role]] for role in roles}

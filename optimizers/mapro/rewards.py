@@ -1,7 +1,14 @@
 """MAPRO's rewards: probe every pool candidate on the incumbent's role contexts, then let the
-task-model judge rate each candidate's output (node reward) and each parent/child pair of
-outputs (edge reward), conditioned on the role's preference demos. The rewards become the
-log-space factors of the MAP problem (``map_inference.FactorGraph``).
+task-model judge rate each candidate's output (node reward) and each hand-off (edge reward),
+conditioned on the role's preference demos. The rewards become the log-space factors of the
+MAP problem (``map_inference.FactorGraph``).
+
+As in the reference: every (role, candidate, context) is probed and judged once, duplicates
+included; a node is judged on (role, input, output, demos); an edge (parent, child) on the
+parent candidate's output against the child's *candidate prompt* and the child's demos, for
+every (parent candidate, child candidate) pair; a shared peer prompt adds the diagonal edge
+(the same candidate on both sides). Scores are averaged over contexts (a reply without a
+number counts 0.5) and clipped to [1e-6, 1].
 """
 
 from __future__ import annotations
@@ -13,42 +20,67 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from optimizers.judge import SCORE_FLOOR, Judge
+from optimizers.mapro.contexts import head
 from optimizers.mapro.map_inference import FactorGraph
-from optimizers.reflection import clip, gather_limited
+from optimizers.reflection import gather_limited
 from optimizers.team_graph import TeamGraph
 
-NEUTRAL = 0.5  # a judge call that failed or gave no number neither helps nor hurts
+JUDGE_CHARS = 2000  # agent input and output in a judge prompt
+PROMPT_CHARS = 3000  # a candidate role prompt in an edge judge prompt
+DEMO_CHARS = 400
+NO_DEMOS = "(no demonstrations yet)"
+
+
+@dataclass(frozen=True, slots=True)
+class Demo:
+    """One output the critic labelled good (``+``) or bad (``-``), with the prompt behind it."""
+
+    prompt: str
+    output: str
+    label: str
+    note: str = ""
+
+    def render(self) -> str:
+        text = " ".join(self.output.split())
+        if len(text) > DEMO_CHARS:
+            text = text[:DEMO_CHARS] + "…"
+        line = f"[{'GOOD' if self.label == '+' else 'BAD'}] output: {text}"
+        return f"{line}  (why: {self.note})" if self.note else line
+
+    def to_dict(self) -> dict[str, str]:
+        return {"label": self.label, "note": self.note, "output": self.output}
 
 
 @dataclass(slots=True)
 class Demos:
-    """The rule-based critic's preference demos for one role (outputs judged good / bad)."""
+    """The rule-based critic's preference demos for one role."""
 
-    positive: list[str] = field(default_factory=list)
-    negative: list[str] = field(default_factory=list)
+    positive: list[Demo] = field(default_factory=list)
+    negative: list[Demo] = field(default_factory=list)
 
-    def add(self, polarity: str, text: str, keep: int) -> bool:
-        """Keep ``text`` (the newest ``keep`` per polarity); False when it is already kept."""
-        bucket = self.positive if polarity == "positive" else self.negative
-        if not text or text in bucket:
-            return False
-        bucket.append(text)
+    def add(self, demo: Demo, keep: int) -> None:
+        """File ``demo`` under its polarity, keeping the newest ``keep`` of each (repeats allowed)."""
+        bucket = self.positive if demo.label == "+" else self.negative
+        bucket.append(demo)
         del bucket[:-keep]
-        return True
 
-    def shown(self, limit: int) -> list[tuple[str, str]]:
-        """Up to ``limit`` demos, newest first, alternating good and bad."""
+    def shown(self, limit: int) -> list[Demo]:
+        """Up to ``limit`` demos, newest first: good on even slots, bad on odd ones, either one
+        filling in when the other runs out."""
         good, bad = list(reversed(self.positive)), list(reversed(self.negative))
-        out: list[tuple[str, str]] = []
-        while (good or bad) and len(out) < limit:
-            if good:
-                out.append(("GOOD", good.pop(0)))
-            if bad and len(out) < limit:
-                out.append(("BAD", bad.pop(0)))
+        out: list[Demo] = []
+        while len(out) < limit and (good or bad):
+            if good and (len(out) % 2 == 0 or not bad):
+                out.append(good.pop(0))
+            else:
+                out.append(bad.pop(0))
         return out
 
-    def to_dict(self) -> dict[str, list[str]]:
-        return {"positive": list(self.positive), "negative": list(self.negative)}
+    def render(self, limit: int) -> str:
+        return "\n".join(d.render() for d in self.shown(limit)) or NO_DEMOS
+
+    def to_dict(self) -> dict[str, list[dict[str, str]]]:
+        return {"positive": [d.to_dict() for d in self.positive], "negative": [d.to_dict() for d in self.negative]}
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,55 +97,48 @@ def _clamp(value: float) -> float:
     return min(1.0, max(SCORE_FLOOR, value))
 
 
-def _mean(values: Sequence[float | None]) -> float:
-    usable = [v for v in values if v is not None]
-    return _clamp(sum(usable) / len(usable)) if usable else NEUTRAL
+def _mean(values: Sequence[float]) -> float:
+    return _clamp(sum(values) / len(values)) if values else _clamp(0.5)
 
 
-def _demo_block(demos: Demos | None, limit: int) -> str:
-    shown = demos.shown(limit) if demos is not None else []
-    if not shown:
-        return ""
-    rendered = "\n\n".join(f"=== {kind} EXAMPLE ===\n{clip(text, 800)}" for kind, text in shown)
-    return f"Earlier replies of this agent, judged by whether the team then solved the problem:\n{rendered}\n\n"
-
-
-def node_prompt(role: str, team: str, context: str, output: str, demos: Demos | None, demo_limit: int) -> str:
+def node_prompt(role: str, context: str, output: str, demos: str) -> str:
     return (
-        f"Agent `{role}` in {team}.\n\n=== INPUT ===\n{clip(context, 3000)}\n\n"
-        f"{_demo_block(demos, demo_limit)}=== REPLY ===\n{clip(output, 3000)}\n=== END REPLY ===\n\n"
-        "How good is this reply for the team to solve the problem correctly (sound reasoning; a correct, "
-        "complete program when one is due; useful to the agents that read it)? Answer with one number "
-        "between 0 and 1."
+        f"Agent role: {role}\n\n=== AGENT INPUT ===\n{head(context, JUDGE_CHARS)}\n\n"
+        f"=== AGENT RESPONSE ===\n{head(output, JUDGE_CHARS)}\n\n"
+        f"=== DEMONSTRATIONS (good and bad behaviour of this role) ===\n{demos}\n\n"
+        "=== QUESTION ===\nOn a scale from 0.00 to 1.00, how well does the response do this agent's job: is it "
+        "correct, complete and clear, and useful to the agents that read it? Reply with the number only."
     )
 
 
-def edge_prompt(parent: str, child: str, team: str, context: str, parent_output: str, child_output: str) -> str:
+def edge_prompt(child: str, parent_output: str, child_prompt: str, demos: str) -> str:
     return (
-        f"Agents `{parent}` and `{child}` in {team}; `{child}` works from what `{parent}` wrote.\n\n"
-        f"=== TASK ===\n{clip(context, 2000)}\n\n=== {parent} REPLY ===\n{clip(parent_output, 2500)}\n\n"
-        f"=== {child} REPLY ===\n{clip(child_output, 2500)}\n=== END REPLIES ===\n\n"
-        f"How well do these two replies work together (does `{child}` use and correct what `{parent}` "
-        "gave it, are they consistent)? Answer with one number between 0 and 1."
+        f"An upstream agent hands its output to the downstream agent '{child}'.\n\n"
+        f"=== UPSTREAM OUTPUT ===\n{head(parent_output, JUDGE_CHARS)}\n\n"
+        f"=== DOWNSTREAM ROLE PROMPT ===\n{head(child_prompt, PROMPT_CHARS)}\n\n"
+        f"=== DOWNSTREAM DEMONSTRATIONS ===\n{demos}\n\n"
+        "=== QUESTION ===\nOn a scale from 0.00 to 1.00, how well does the upstream output let the downstream "
+        "agent, working under that role prompt, do its next step (complete information, usable format, "
+        "clarity, fit with the downstream role)? Reply with the number only."
     )
 
 
 async def probe_outputs(
     judge: Judge, pools: Mapping[str, Sequence[str]], contexts: Mapping[str, Sequence[str]], limit: asyncio.Semaphore
 ) -> dict[str, list[list[str]]]:
-    """Each distinct (prompt, context) probed once on the task model; '' for a failed probe."""
-    keys = sorted({(pools[role][k], context) for role in pools for k in range(len(pools[role]))
-                   for context in contexts[role]})
-    replies = await gather_limited(limit, [judge.probe(prompt, context) for prompt, context in keys])
-    found = {key: reply or "" for key, reply in zip(keys, replies, strict=True)}
-    return {role: [[found[(prompt, context)] for context in contexts[role]] for prompt in pools[role]]
-            for role in pools}
+    """``Y[role][k][c]``: candidate ``k``'s reply to context ``c`` (one probe each, duplicates too)."""
+    jobs = [(role, k, c) for role in pools for k in range(len(pools[role])) for c in range(len(contexts[role]))]
+    replies = await gather_limited(limit, [judge.probe(pools[role][k], contexts[role][c]) for role, k, c in jobs])
+    out: dict[str, list[list[str]]] = {role: [["" for _ in contexts[role]] for _ in pools[role]] for role in pools}
+    for (role, k, c), reply in zip(jobs, replies, strict=True):
+        out[role][k][c] = reply
+    return out
 
 
 async def judge_rewards(
     judge: Judge,
     graph: TeamGraph,
-    team: str,
+    pools: Mapping[str, Sequence[str]],
     contexts: Mapping[str, Sequence[str]],
     outputs: Mapping[str, list[list[str]]],
     demos: Mapping[str, Demos],
@@ -121,35 +146,35 @@ async def judge_rewards(
     demo_limit: int,
     limit: asyncio.Semaphore,
 ) -> Rewards:
-    """Node, edge and diagonal rewards averaged over contexts."""
-    node_jobs: list[tuple[str, int, int]] = [(role, k, c) for role in graph.roles
-                                             for k in range(len(outputs[role])) for c in range(len(contexts[role]))]
-    node_scores = await gather_limited(limit, [
-        judge.score(node_prompt(role, team, contexts[role][c], outputs[role][k][c], demos.get(role), demo_limit))
-        for role, k, c in node_jobs])
-    node: dict[str, list[list[float | None]]] = {r: [[] for _ in outputs[r]] for r in graph.roles}
-    for (role, k, _), score in zip(node_jobs, node_scores, strict=True):
-        node[role][k].append(score)
-    pairs: list[tuple[str, str]] = list(graph.edges)
-    diagonal_roles = [graph.roles[0]] if graph.peers else []
-    edge_jobs: list[tuple[tuple[str, str], int, int, int]] = []
-    for parent, child in pairs:
+    """Node, edge and diagonal rewards averaged over contexts (node jobs first, then edges)."""
+    shown = {role: (demos[role].render(demo_limit) if role in demos else NO_DEMOS) for role in graph.roles}
+    node_jobs = [(role, k, c) for role in graph.roles for k in range(len(pools[role]))
+                 for c in range(len(contexts[role]))]
+    edge_jobs: list[tuple[str, str, int, int, int]] = []
+    for parent, child in graph.edges:
         shared = min(len(contexts[parent]), len(contexts[child]))
-        edge_jobs += [((parent, child), k, m, c) for k in range(len(outputs[parent]))
-                      for m in range(len(outputs[child])) for c in range(shared)]
+        edge_jobs += [(parent, child, k, m, c) for k in range(len(pools[parent]))
+                      for m in range(len(pools[child])) for c in range(shared)]
+    diagonal_roles = [graph.roles[0]] if graph.kind == "shared" and graph.peers else []
     for role in diagonal_roles:
-        edge_jobs += [((role, role), k, k, c) for k in range(len(outputs[role])) for c in range(len(contexts[role]))]
-    edge_scores = await gather_limited(limit, [
-        judge.score(edge_prompt(parent, child, team, contexts[parent][c], outputs[parent][k][c],
-                                outputs[child][m][c]))
-        for (parent, child), k, m, c in edge_jobs])
-    raw_edges: dict[tuple[str, str, int, int], list[float | None]] = {}
-    for ((parent, child), k, m, _), score in zip(edge_jobs, edge_scores, strict=True):
-        raw_edges.setdefault((parent, child, k, m), []).append(score)
-    edge = {(p, c): [[_mean(raw_edges.get((p, c, k, m), [])) for m in range(len(outputs[c]))]
-                     for k in range(len(outputs[p]))] for p, c in pairs}
-    diagonal = {r: [_mean(raw_edges.get((r, r, k, k), [])) for k in range(len(outputs[r]))] for r in diagonal_roles}
-    return Rewards({r: [_mean(v) for v in node[r]] for r in graph.roles}, edge, diagonal, outputs)
+        edge_jobs += [(role, role, k, k, c) for k in range(len(pools[role])) for c in range(len(contexts[role]))]
+    scores = await gather_limited(limit, [
+        *(judge.score(node_prompt(role, contexts[role][c], outputs[role][k][c], shown[role]))
+          for role, k, c in node_jobs),
+        *(judge.score(edge_prompt(child, outputs[parent][k][c], pools[child][m], shown[child]))
+          for parent, child, k, m, c in edge_jobs),
+    ])
+    node_raw: dict[tuple[str, int], list[float]] = {}
+    for (role, k, _), score in zip(node_jobs, scores[: len(node_jobs)], strict=True):
+        node_raw.setdefault((role, k), []).append(score)
+    edge_raw: dict[tuple[str, str, int, int], list[float]] = {}
+    for (parent, child, k, m, _), score in zip(edge_jobs, scores[len(node_jobs):], strict=True):
+        edge_raw.setdefault((parent, child, k, m), []).append(score)
+    node = {role: [_mean(node_raw.get((role, k), [])) for k in range(len(pools[role]))] for role in graph.roles}
+    edge = {(p, c): [[_mean(edge_raw.get((p, c, k, m), [])) for m in range(len(pools[c]))]
+                     for k in range(len(pools[p]))] for p, c in graph.edges}
+    diagonal = {r: [_mean(edge_raw.get((r, r, k, k), [])) for k in range(len(pools[r]))] for r in diagonal_roles}
+    return Rewards(node, edge, diagonal, outputs)
 
 
 def factor_graph(graph: TeamGraph, rewards: Rewards) -> FactorGraph:
@@ -167,26 +192,34 @@ def factor_graph(graph: TeamGraph, rewards: Rewards) -> FactorGraph:
 def critic_update(
     demos: dict[str, Demos],
     rewards: Rewards,
+    pools: Mapping[str, Sequence[str]],
     assignment: Mapping[str, int],
-    solved_fraction: float | None,
+    success: bool,
     *,
     positive_threshold: float,
     negative_threshold: float,
     keep: int,
 ) -> list[dict[str, Any]]:
-    """The rule-based critic (no model call): the chosen candidate's output becomes a positive
-    demo when the assignment solved at least half its rows and its node reward is high; the
-    worst-rated candidate's output becomes a negative demo when its reward is low."""
+    """The rule-based critic (no model call), on each candidate's first-context output:
+
+    - the chosen candidate's output becomes a positive demo when the round's assignment solved at
+      least half its rows (``success``) and the chosen prompt's node reward (its first copy in
+      the pool) is at least ``positive_threshold``;
+    - the lowest-rated candidate (first of equals) becomes a negative demo when its reward is at
+      most ``negative_threshold`` and it is not the chosen one.
+    """
     notes = []
     for role, chosen in assignment.items():
-        node = rewards.node[role]
+        scores = rewards.node[role]
+        pool = list(pools[role])
+        first_outputs = [outputs[0] if outputs else "" for outputs in rewards.outputs[role]]
         demo = demos.setdefault(role, Demos())
-        output = next((o for o in rewards.outputs[role][chosen] if o), "")
-        good = solved_fraction is not None and solved_fraction >= 0.5 and node[chosen] >= positive_threshold
-        if good and demo.add("positive", output, keep):
+        rated = pool.index(pool[chosen])
+        if success and scores[rated] >= positive_threshold:
+            demo.add(Demo(pool[chosen], first_outputs[chosen], "+", "selected prompt on a solved task"), keep)
             notes.append({"role": role, "polarity": "positive", "candidate": chosen})
-        worst = min(range(len(node)), key=lambda k: (node[k], k))
-        worst_output = next((o for o in rewards.outputs[role][worst] if o), "")
-        if node[worst] <= negative_threshold and demo.add("negative", worst_output, keep):
+        worst = min(range(len(scores)), key=lambda k: (scores[k], k))
+        if scores[worst] <= negative_threshold and worst != rated:
+            demo.add(Demo(pool[worst], first_outputs[worst], "-", f"low reward score {scores[worst]:.2f}"), keep)
             notes.append({"role": role, "polarity": "negative", "candidate": worst})
     return notes

@@ -1,31 +1,35 @@
-"""MASPO: joint prompt optimization by per-role coordinate ascent with an evolutionary beam.
+"""MASPO: joint prompt optimization by per-role coordinate ascent with an evolutionary beam
+(reference: ``optimizers/maspo`` of MAS-PromptBench; fidelity sheet: ``docs/methods/maspo.md``).
 
 The roles are swept producers first (``TeamGraph.sweep_order``). A visit of a role refreshes its
-beam (after the first visit), then runs up to ``rounds_per_turn`` depth steps. A depth step, per
-beam node (at most ``beam_width``):
+beam (when it was searched before), then runs up to ``rounds_per_turn`` depth steps. A depth
+step, per beam node (at most ``beam_width``, each with its own minibatch):
 
-1. a minibatch of train rows: up to ``injection`` hard cases from the misalignment buffers of
-   the role's predecessors, the rest drawn at random;
-2. the parent team (the global best prompts, this role := the node's prompt) runs on it;
+1. a minibatch of train rows: the predecessors' misalignment cases (at most ``injection`` of
+   them sampled), the rest drawn at random from the other rows;
+2. the parent team (the global best prompts, this role := the node's prompt) runs on it
+   (charged; a fresh run even when that team ran the row before);
 3. the parent runs are split into ``offspring`` parts; the reflection model rewrites the role's
-   prompt from each part (text between ``<prompt>`` tags; no tags: the old prompt);
-4. each distinct new prompt runs on the same rows; it is scored by local validity (pairwise
-   judge on the role's own replies), lookahead (pairwise judge on the successor's replies) and
-   the global outcome (paired win rate vs the parent), ``Weights``;
-5. children with a positive joint score join the beam with cumulative = parent's + joint (a
-   node without one is carried); the beam keeps the ``beam_width`` best; when the step's best
-   cumulative beats the role's best, that prompt becomes the role's global best and the role's
-   misalignment buffer is replaced by the cases mined for it.
+   prompt from each part's (problem, role context, role output) samples, between ``<prompt>``
+   tags; a missing tag or a cut reply keeps the old prompt;
+4. each distinct new prompt runs on the same rows with the parent's seeds (paired); it is
+   scored by local validity (forced A/B judge on the role's own replies), lookahead (the same
+   on the successor's replies) and the global outcome (paired win rate vs the parent);
+5. a child with a positive joint score joins the beam with cumulative = parent's + joint, any
+   other proposal carries the parent; the beam keeps the ``beam_width`` best; when the step's
+   best cumulative beats the role's best, that prompt becomes the role's global best (the
+   incumbent changes and is committed to the learning curve) and the role's misalignment
+   buffer takes the cases mined for it.
 
-Stops: ``maximum_search_depth`` (every role searched that deep) or ``budget`` (the next step
-does not fit). Judge calls are not rollouts: counted in ``metadata["uncharged_calls"]``.
+Every rollout that fits is run: a minibatch is cut to what is left of the budget, so the budget
+is used to the end. Stops: ``maximum_search_depth`` (every role searched that deep) or
+``budget``. Judge calls are not rollouts: counted in ``metadata["uncharged_calls"]``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import random
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -34,31 +38,26 @@ from optimizers.base import OptimizationResult, OptimizeContext, Optimizer
 from optimizers.candidate import Candidate
 from optimizers.evaluator import Rollout
 from optimizers.judge import JUDGE_MODELS, judge_from_context
+from optimizers.maspo.prompts import (
+    compare_prompt,
+    extract_prompt,
+    proposal_prompt,
+    proposer_sample,
+    role_replies,
+)
 from optimizers.maspo.search import (
+    UPDATE_MARGIN,
     BeamNode,
     Case,
     Weights,
     compose_minibatch,
     mine_misalignment,
     top_beam,
-    union_cases,
     win_rate,
 )
-from optimizers.reflection import (
-    ReflectionModel,
-    RolloutGuard,
-    clip,
-    gather_limited,
-    outcome_line,
-    params_from,
-    record_step,
-    task_text,
-    team_description,
-)
+from optimizers.reflection import ReflectionModel, RolloutGuard, gather_limited, params_from, record_step
 from optimizers.registry import register_optimizer
-from optimizers.team_graph import TeamGraph, infer_team_graph, role_context, role_output
-
-_PROMPT = re.compile(r"<prompt>\s*(.*?)\s*</prompt>", re.DOTALL | re.IGNORECASE)
+from optimizers.team_graph import TeamGraph, infer_team_graph
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +65,7 @@ class MASPOParams:
     """Knobs (conf/method/maspo.yaml). Defaults follow the reference's MASPO settings."""
 
     beam_width: int = 2
-    offspring: int = 2  # K_sub: parts the parent runs are split into, one rewrite each
+    offspring: int = 2  # K_sub: proposals per beam node, one per half of the parent runs
     minibatch: int = 10
     maximum_search_depth: int = 9  # depth steps per role (the paper's table says 3)
     rounds_per_turn: int = 3  # depth steps per visit of a role
@@ -82,7 +81,7 @@ class MASPOParams:
     judge_model: str = "reflection"  # reflection | task
     judge_temperature: float = 0.0
     judge_max_tokens: int | None = None  # None: the reflection decoding's limit
-    concurrency: int = 12  # judge calls in flight
+    concurrency: int = 4  # judge calls in flight (the reference's reflection_inflight)
     reflection_inflight: int = 4  # proposal calls in flight
     rng_seed_base: int = 0  # minibatches drawn with Random(base + seed)
     max_unusable_rollouts: int = 0
@@ -104,6 +103,10 @@ class MASPOParams:
 
 @register_optimizer("maspo")
 class MASPOOptimizer(Optimizer):
+    # 2: issue 20 (forced A/B verdicts, reference proposer input, per-node minibatches, paired
+    # seeds and fresh parent runs, duplicate beam nodes, budget used to the end, curve commits).
+    version = "2"
+
     @classmethod
     def check_params(cls, params: Mapping[str, Any]) -> None:
         params_from(MASPOParams, params, "maspo")
@@ -120,17 +123,16 @@ class Scored:
     prompt: str
     local: float | None
     lookahead: float | None
-    global_: float
+    global_: float | None
     joint: float
+    mean: float | None  # the candidate's mean score on its rows
     cases: tuple[Case, ...]
+    rows: tuple[str, ...] = ()
 
     def row(self) -> dict[str, Any]:
         return {"local": self.local, "lookahead": self.lookahead, "global": self.global_,
-                "joint": round(self.joint, 6), "misaligned": [c.problem_id for c in self.cases]}
-
-
-class _BudgetSpent(Exception):
-    """The next step does not fit in the rollout budget."""
+                "joint": round(self.joint, 6), "rows": list(self.rows),
+                "misaligned": [c.problem_id for c in self.cases]}
 
 
 class _Run:
@@ -148,14 +150,15 @@ class _Run:
         self.judge_limit = asyncio.Semaphore(params.concurrency)
         self.reflect_limit = asyncio.Semaphore(params.reflection_inflight)
         self.best: dict[str, str] = seed.roles()
-        self.best_cumulative = {role: 0.0 for role in self.roles}
+        self.best_overall = {role: BeamNode(self.best[role]) for role in self.roles}
         self.beams = {role: [BeamNode(self.best[role])] for role in self.roles}
         self.depth = {role: 0 for role in self.roles}
         self.buffers: dict[str, list[Case]] = {role: [] for role in self.roles}
         self.history: list[dict[str, Any]] = []
         self.graph: TeamGraph | None = None
-        self.team = team_description(self.roles)
-        self.first_batch: tuple[list[str], list[Rollout]] | None = None
+        self.step_number = 0  # steps and refreshes so far; keys each one's paired seeds
+        self.turns: dict[tuple[str, str, str], int] = {}
+        self.first_runs: tuple[list[str], list[Rollout]] | None = None
 
     # ---------------------------------------------------------------- plumbing
 
@@ -165,204 +168,283 @@ class _Run:
         changed = {f"role/{r}": text for r, text in prompts.items() if text != self.seed.components[f"role/{r}"]}
         return self.seed.with_components(changed) if changed else self.seed
 
+    @property
+    def pairing(self) -> str:
+        return f"maspo/{self.step_number}"
+
     async def run(self, candidate: Candidate, rows: Sequence[str]) -> list[Rollout]:
-        """Charged rollouts (repeats are served free by the evaluator's cache)."""
-        rollouts = await self.ctx.evaluator.evaluate(candidate, list(rows), phase="train")
+        """Charged rollouts with this step's paired seeds. A team that runs a row again in the
+        same step gets the next turn (a fresh seed), as the reference's session counts turns."""
+        pairing = self.pairing
+        by_turn: dict[int, list[str]] = {}
+        for row in rows:
+            key = (pairing, candidate.id, row)
+            turn = self.turns.get(key, 0)
+            self.turns[key] = turn + 1
+            by_turn.setdefault(turn, []).append(row)
+        runs: dict[str, Rollout] = {}
+        for turn, batch in by_turn.items():
+            done = await self.ctx.evaluator.evaluate(candidate, batch, phase="train", sample=turn, pairing=pairing)
+            runs.update(zip(batch, done, strict=True))
+        rollouts = [runs[row] for row in rows]
         self.guard.check(rollouts)
-        if any(r.budget_exhausted for r in rollouts):
-            raise _BudgetSpent
         return rollouts
 
-    def fits(self, rollouts: int) -> None:
-        if self.ctx.budget.remaining < rollouts:
-            raise _BudgetSpent
+    def left(self) -> int:
+        return self.ctx.budget.remaining
 
     def _note(self, row: dict[str, Any]) -> None:
-        row = {**row, "uncharged_calls": sum(c["calls"] for c in self.judge.uncharged_calls().values())}
+        row = {**row, "step": self.step_number,
+               "uncharged_calls": sum(c["calls"] for c in self.judge.uncharged_calls().values())}
         record_step(self.ctx, "maspo", self.history, row, {
-            "best": self.best, "best_cumulative": self.best_cumulative,
+            "best": self.best, "best_overall": {r: n.to_dict() for r, n in self.best_overall.items()},
             "depth": self.depth, "beams": {r: [n.to_dict() for n in b] for r, b in self.beams.items()},
             "buffers": {r: [c.to_dict() for c in b] for r, b in self.buffers.items()}})
+
+    def _commit(self, score: float | None) -> None:
+        self.ctx.commit_incumbent(self.bundle(self.roles[0], self.best[self.roles[0]]), score)
 
     # ---------------------------------------------------------------- lifecycle
 
     async def go(self) -> OptimizationResult:
         p = self.params
-        stop = "maximum_search_depth"
-        try:
-            if p.maximum_search_depth == 0 or not self.train:
-                return self._result(stop)
-            size = min(p.minibatch, len(self.train))
-            self.fits(size * (1 + p.offspring))  # the first step: the seed as parent plus its children
-            # The first parent runs tell the team's structure (who speaks first, who follows).
-            rows, _ = compose_minibatch(self.train, p.minibatch, [], injection=0, rng=self.rng)
+        if p.maximum_search_depth == 0 or not self.train:
+            return self._result("maximum_search_depth")
+        while self.left() > 0 and any(self.depth[r] < p.maximum_search_depth for r in self.roles):
+            for role in await self.order():
+                if self.left() <= 0:
+                    break
+                if 0 < self.depth[role] < p.maximum_search_depth:
+                    self.step_number += 1
+                    await self.refresh(role)
+                for _ in range(p.rounds_per_turn):
+                    if self.left() <= 0 or self.depth[role] >= p.maximum_search_depth:
+                        break
+                    self.step_number += 1
+                    await self.step(role)
+        return self._result("budget" if self.left() <= 0 else "maximum_search_depth")
+
+    async def order(self) -> list[str]:
+        """The sweep order. The team's structure is read from the seed's first runs, which are the
+        first step's first parent runs (its minibatch depends on no role: no buffer is filled yet)."""
+        if self.graph is None:
+            rows, _ = compose_minibatch(self.train, self.params.minibatch, {}, [], injection=self.params.injection,
+                                        rng=self.rng)
+            rows = rows[: self.left()]
+            self.step_number += 1
             runs = await self.run(self.seed, rows)
-            self.first_batch = (rows, runs)
+            self.step_number -= 1  # the first step runs under this number again and reuses them
+            self.first_runs = (rows, runs)
             self.graph = infer_team_graph(self.roles, [r.trace for r in runs if r.usable],
                                           has_handoff=any(k.startswith("protocol/") for k in self.seed.components))
-            self.team = team_description(list(self.graph.roles), self.graph.replicas)
-            while any(self.depth[r] < p.maximum_search_depth for r in self.roles):
-                for role in self.graph.sweep_order():
-                    if self.depth[role] >= p.maximum_search_depth:
-                        continue
-                    if self.depth[role] > 0 and len(self.beams[role]) > 1:
-                        self.fits(size * len(self.beams[role]))
-                        await self.refresh(role)
-                    for _ in range(p.rounds_per_turn):
-                        if self.depth[role] >= p.maximum_search_depth:
-                            break
-                        if self.first_batch is None:
-                            self.fits(size * (1 + p.offspring))
-                        await self.step(role)
-        except _BudgetSpent:
-            stop = "budget"
-        return self._result(stop)
+        return self.graph.sweep_order()
 
-    def minibatch(self, role: str) -> tuple[list[str], list[str]]:
+    def predecessors(self, role: str) -> list[str]:
         assert self.graph is not None
-        if self.first_batch is not None:  # the seed's first runs are this step's parent runs
-            return self.first_batch[0], []
-        hard = union_cases(self.buffers, self.graph.predecessors(role))
-        return compose_minibatch(self.train, self.params.minibatch, hard, injection=self.params.injection,
-                                 rng=self.rng)
+        if self.graph.kind == "star":  # the reference wires every worker after the manager, too
+            return self.graph.predecessors(role) or [self.graph.roles[0]]
+        return self.graph.predecessors(role)
+
+    def minibatch(self, role: str) -> tuple[list[str], list[str], list[Rollout] | None]:
+        """``(rows, injected, parent runs already made)`` for the next beam node."""
+        if self.first_runs is not None:
+            rows, runs = self.first_runs
+            self.first_runs = None
+            return rows, [], runs
+        rows, injected = compose_minibatch(self.train, self.params.minibatch, self.buffers, self.predecessors(role),
+                                           injection=self.params.injection, rng=self.rng)
+        return rows[: self.left()], injected, None
 
     async def step(self, role: str) -> None:
         assert self.graph is not None
         p = self.params
-        rows, injected = self.minibatch(role)
-        self.first_batch = None
         children: list[BeamNode] = []
-        best_step: tuple[float, str, tuple[Case, ...]] | None = None
-        rows_log: list[dict[str, Any]] = []
-        for index, node in enumerate(self.beams[role]):
-            if index > 0 and self.ctx.budget.remaining < len(rows) * (1 + p.offspring):
-                break  # the anchor's step fits; the other beam nodes wait for budget
+        step_best = self.best_overall[role]
+        step_cases: tuple[Case, ...] = ()
+        step_mean: float | None = None
+        nodes_log: list[dict[str, Any]] = []
+        for node in list(self.beams[role]):
+            if self.left() <= 0:
+                break
+            rows, injected, made = self.minibatch(role)
             parent = self.bundle(role, node.prompt)
-            parent_runs = await self.run(parent, rows)
+            parent_runs = made if made is not None else await self.run(parent, rows)
             proposals = await self.propose(role, node.prompt, parent_runs)
-            scored: list[Scored] = []
+            planned: list[tuple[str, list[str]]] = []
+            left = self.left()
             for prompt in proposals:
-                if prompt == node.prompt:
-                    scored.append(Scored(prompt, None, None, 0.5, 0.0, ()))  # no rollouts for a copy
+                if prompt != node.prompt:
+                    granted = min(len(rows), left)
+                    left -= granted
+                    planned.append((prompt, rows[:granted]))
+            child_runs = await asyncio.gather(*(self.run(self.bundle(role, prompt), cut) for prompt, cut in planned))
+            scored_by_prompt = {}
+            for (prompt, cut), runs in zip(planned, child_runs, strict=True):
+                scored_by_prompt[prompt] = await self.score(role, prompt, cut, parent_runs[: len(cut)], runs)
+            node_best = (node.prompt, 0.0, (), None)
+            log: list[dict[str, Any]] = []
+            for prompt in proposals:
+                scored = scored_by_prompt.get(prompt)
+                if scored is None:  # identical to the parent: scores 0 without rollouts
+                    children.append(node)
+                    log.append({"identical_to_parent": True, "joint": 0.0})
                     continue
-                child_runs = await self.run(self.bundle(role, prompt), rows)
-                scored.append(await self.score(role, prompt, rows, parent_runs, child_runs))
-            positive = [s for s in scored if s.joint > 0]
-            children += [BeamNode(s.prompt, node.cumulative + s.joint) for s in positive] or [node]
-            for s in positive:
-                cumulative = node.cumulative + s.joint
-                if best_step is None or cumulative > best_step[0]:
-                    best_step = (cumulative, s.prompt, s.cases)
-            rows_log.append({"node": index, "parent_cumulative": node.cumulative,
-                             "parent_score": _mean(parent_runs), "candidates": [s.row() for s in scored]})
-        self.beams[role] = top_beam(children, p.beam_width)
-        updated = best_step is not None and best_step[0] > self.best_cumulative[role]
+                log.append(scored.row())
+                if scored.joint > 0:
+                    children.append(BeamNode(prompt, node.cumulative + scored.joint))
+                    if scored.joint > node_best[1]:
+                        node_best = (prompt, scored.joint, scored.cases, scored.mean)
+                else:
+                    children.append(node)
+            if not proposals:
+                children.append(node)
+            node_cumulative = node.cumulative + max(0.0, node_best[1])
+            if node_cumulative > step_best.cumulative:
+                step_best = BeamNode(node_best[0], node_cumulative)
+                step_cases, step_mean = node_best[2], node_best[3]
+            nodes_log.append({"parent_cumulative": node.cumulative, "rows": rows, "injected": injected,
+                              "parent_score": _mean(parent_runs), "candidates": log})
+        if children:
+            self.beams[role] = top_beam(children, p.beam_width)
+        updated = step_best.cumulative > self.best_overall[role].cumulative + UPDATE_MARGIN
         if updated:
-            assert best_step is not None
-            self.best_cumulative[role], self.best[role] = best_step[0], best_step[1]
-            self.buffers[role] = list(best_step[2])
+            self.best_overall[role] = step_best
+            self.best[role] = step_best.prompt
+            if step_cases:
+                self.buffers[role] = list(step_cases)
         self.depth[role] += 1
-        self._note({"event": "step", "role": role, "depth": self.depth[role], "minibatch": rows,
-                    "injected": injected, "nodes": rows_log, "best_updated": updated,
-                    "best_cumulative": self.best_cumulative[role],
+        self._note({"event": "step", "role": role, "depth": self.depth[role], "nodes": nodes_log,
+                    "best_updated": updated, "best_cumulative": self.best_overall[role].cumulative,
                     "buffer": [c.problem_id for c in self.buffers[role]]})
+        if updated:
+            self._commit(step_mean)
 
     async def propose(self, role: str, prompt: str, runs: Sequence[Rollout]) -> list[str]:
-        """One rewrite per part of the parent runs; distinct prompts, in part order."""
-        usable = [r for r in runs if r.usable]
-        parts = [usable[i:: self.params.offspring] for i in range(self.params.offspring)]
-        parts = [part for part in parts if part]
+        """One rewrite per half of the parent runs (halves reused when ``offspring`` > 2);
+        distinct prompts, in half order."""
+        assert self.graph is not None
+        middle = len(runs) // 2
+        halves = [list(runs[:middle]) or list(runs), list(runs[middle:]) or list(runs)]
+        parts = (halves * self.params.offspring)[: self.params.offspring]
+        terminal = self.graph.successor(role) is None
+        kind = self.graph.kind
 
         async def rewrite(part: Sequence[Rollout]) -> str:
-            samples = "\n\n".join(
-                f"### Problem {r.problem_id}\n{task_text(r.trace, 800)}\n\n#### Input of `{role}`\n"
-                f"{clip(role_context(r.trace, role), 1200)}\n\n#### Reply of `{role}`\n"
-                f"{role_output(r.trace, role, limit=1500)}\n\n#### Verdict\n{outcome_line(r)}" for r in part)
-            ask = (f"Improve the system prompt of the `{role}` agent in {self.team}, so that its replies help the "
-                   f"agents after it and the team's final program pass the hidden tests.\n\nCurrent prompt:\n"
-                   f"<prompt>\n{prompt}\n</prompt>\n\nRuns with the current prompt:\n{samples}\n\n"
-                   "Return the complete improved prompt between <prompt> and </prompt>.")
+            samples = proposer_sample(part, role)
+            ask = proposal_prompt(role, prompt, samples, kind=kind, terminal=terminal, shared=len(self.roles) == 1)
             reply = await self.reflection.ask(ask, purpose="propose", temperature=self.params.proposal_temperature)
-            found = _PROMPT.findall(reply or "")
-            return found[-1].strip() if found and found[-1].strip() else prompt
+            return extract_prompt(reply) or prompt
 
         rewritten = await gather_limited(self.reflect_limit, [rewrite(part) for part in parts])
         return list(dict.fromkeys(rewritten))
+
+    async def _verdicts(self, role: str, pairs: Sequence[tuple[Rollout, Rollout]]) -> list[float]:
+        """Forced A/B verdicts on ``role``'s replies, the candidate's (first of each pair) as A."""
+        jobs = []
+        for child, parent in pairs:
+            question = next((str(m.get("content", "")) for m in parent.trace if m.get("kind") == "user"), "")
+
+            def render(a: str, b: str, question: str = question) -> str:
+                return compare_prompt(role, question, a, b)
+
+            jobs.append(self.judge.prefer(role_replies(child.trace, role), role_replies(parent.trace, role), render))
+        return await gather_limited(self.judge_limit, jobs)
 
     async def score(self, role: str, prompt: str, rows: Sequence[str], parent: Sequence[Rollout],
                     child: Sequence[Rollout]) -> Scored:
         assert self.graph is not None
         weights = self.params.weights
         successor = self.graph.successor(role)
-        terminal = successor is None
-        pairs = [(row, c, p) for row, c, p in zip(rows, child, parent, strict=True) if c.usable and p.usable]
-        child_scores = [c.score for _, c, _ in pairs]
-        parent_scores = [p.score for _, _, p in pairs]
+        kept = [(row, c, p) for row, c, p in zip(rows, child, parent, strict=True) if c.usable and p.usable]
+        mean = sum(c.score for _, c, _ in kept) / len(kept) if kept else None
+        if not kept:
+            return Scored(prompt, None, None, None, 0.0, mean, (), tuple(rows))
+        child_scores = [c.score for _, c, _ in kept]
+        parent_scores = [p.score for _, _, p in kept]
         global_ = win_rate(child_scores, parent_scores)
-        if terminal or not pairs:
+        if successor is None:
             return Scored(prompt, None, None, global_, weights.joint(local=None, lookahead=None, global_=global_,
-                                                                     terminal=True), ())
-
-        def verdicts(of: str) -> list[Any]:
-            jobs = []
-            for _, c, p in pairs:
-                question = f"Problem:\n{task_text(c.trace, 1500)}"
-                jobs.append(self.judge.prefer(question, role_output(c.trace, of), role_output(p.trace, of),
-                                              what=f"the reply of the `{of}` agent"))
-            return jobs
-
-        local_list = await gather_limited(self.judge_limit, verdicts(role))
-        spoke = [bool(role_output(c.trace, successor)) and bool(role_output(p.trace, successor)) for _, c, p in pairs]
-        lookahead_list: list[float | None] = [None] * len(pairs)
-        if any(spoke):
-            judged = await gather_limited(self.judge_limit, verdicts(successor))
-            lookahead_list = [v if s else None for v, s in zip(judged, spoke, strict=True)]
+                                                                     terminal=True), mean, (), tuple(rows))
+        local_list = await self._verdicts(role, [(c, p) for _, c, p in kept])
         local = sum(local_list) / len(local_list)
-        seen = [v for v in lookahead_list if v is not None]
-        lookahead = sum(seen) / len(seen) if seen else None
+        spoke = [i for i, (_, c, p) in enumerate(kept)
+                 if role_replies(c.trace, successor) and role_replies(p.trace, successor)]
+        judged = await self._verdicts(successor, [(kept[i][1], kept[i][2]) for i in spoke])
+        lookahead_by_row = dict(zip(spoke, judged, strict=True))
+        lookahead = sum(judged) / len(judged) if judged else None
         joint = weights.joint(local=local, lookahead=lookahead, global_=global_, terminal=False)
-        cases = mine_misalignment([row for row, _, _ in pairs], local_list, lookahead_list, child_scores,
+        cases = mine_misalignment([row for row, _, _ in kept], local_list, lookahead_by_row, child_scores,
                                   parent_scores, cap=self.params.misalignment_cap)
-        return Scored(prompt, local, lookahead, global_, joint, tuple(cases))
+        return Scored(prompt, local, lookahead, global_, joint, mean, tuple(cases), tuple(rows))
 
     async def refresh(self, role: str) -> None:
-        """Re-score the non-anchor beam nodes against the anchor on a fresh minibatch (no
-        lookahead), reset cumulative scores and re-rank; the new anchor is the role's best."""
+        """Re-score the beam's non-anchor nodes against the anchor (the role's global best) on a
+        fresh minibatch (no lookahead), restart the cumulative scores, re-rank, and shift the
+        anchor when another node now leads with a positive score."""
         p = self.params
-        rows, _ = compose_minibatch(self.train, p.minibatch, [], injection=0, rng=self.rng)
-        anchor, *others = self.beams[role]
-        anchor_runs = await self.run(self.bundle(role, anchor.prompt), rows)
-        rescored = [BeamNode(anchor.prompt, 0.0)]
-        rows_log = []
+        anchor = self.best[role]
+        others = [n for n in self.beams[role] if n.prompt.strip() != anchor.strip()]
+        reset = [BeamNode(anchor), *(BeamNode(n.prompt) for n in others)][: p.beam_width]
+        if not others:
+            return self._skip_refresh(role, anchor, reset, "no-non-anchor-nodes")
+        fresh = self.rng.sample(self.train, min(p.minibatch, len(self.train)))
+        if self.left() < len(fresh) + 1:  # the anchor's runs alone would leave nothing to compare
+            return self._skip_refresh(role, anchor, reset, "budget-tail")
+        anchor_runs = await self.run(self.bundle(role, anchor), fresh)
+        refreshed = [BeamNode(anchor)]
+        means: dict[int, float | None] = {}
+        log = []
         for node in others:
-            node_runs = await self.run(self.bundle(role, node.prompt), rows)
-            pairs = [(c, a) for c, a in zip(node_runs, anchor_runs, strict=True) if c.usable and a.usable]
-            global_ = win_rate([c.score for c, _ in pairs], [a.score for _, a in pairs])
-            local = None
-            if pairs and self.graph is not None and self.graph.successor(role) is not None:
-                judged = await gather_limited(self.judge_limit, [
-                    self.judge.prefer(f"Problem:\n{task_text(c.trace, 1500)}", role_output(c.trace, role),
-                                      role_output(a.trace, role), what=f"the reply of the `{role}` agent")
-                    for c, a in pairs])
-                local = sum(judged) / len(judged)
-            score = (p.weights.joint(local=local, lookahead=None, global_=global_, terminal=local is None))
-            rescored.append(BeamNode(node.prompt, score))
-            rows_log.append({"local": local, "global": global_, "score": round(score, 6)})
-        self.beams[role] = top_beam(rescored, p.beam_width)
-        new_anchor = self.beams[role][0]
-        shifted = new_anchor.prompt != anchor.prompt
+            cut = fresh[: min(len(fresh), self.left())]
+            if not cut:
+                refreshed.append(BeamNode(node.prompt))
+                log.append({"rows": [], "score": 0.0})
+                continue
+            node_runs = await self.run(self.bundle(role, node.prompt), cut)
+            scored = await self.rescore(role, node.prompt, cut, anchor_runs[: len(cut)], node_runs)
+            means[len(refreshed)] = scored.mean
+            refreshed.append(BeamNode(node.prompt, scored.joint))
+            log.append({**scored.row(), "score": round(scored.joint, 6)})
+        order = sorted(range(len(refreshed)), key=lambda i: -refreshed[i].cumulative)
+        self.beams[role] = [refreshed[i] for i in order][: p.beam_width]
+        leader = refreshed[order[0]]
+        self.best_overall[role] = leader
+        shifted = leader.cumulative > UPDATE_MARGIN and leader.prompt.strip() != anchor.strip()
         if shifted:
-            self.best[role] = new_anchor.prompt
-        self.best_cumulative[role] = new_anchor.cumulative
-        self._note({"event": "refresh", "role": role, "depth": self.depth[role], "minibatch": rows,
-                    "nodes": rows_log, "anchor_shifted": shifted})
+            self.best[role] = leader.prompt
+        self._note({"event": "refresh", "role": role, "depth": self.depth[role], "rows": fresh, "nodes": log,
+                    "anchor_shifted": shifted})
+        if shifted:
+            self._commit(means.get(order[0]))
+
+    def _skip_refresh(self, role: str, anchor: str, reset: list[BeamNode], why: str) -> None:
+        self.beams[role] = reset
+        self.best_overall[role] = BeamNode(anchor)
+        self._note({"event": "refresh", "role": role, "depth": self.depth[role], "rows": [], "nodes": [],
+                    "anchor_shifted": False, "skipped": why})
+
+    async def rescore(self, role: str, prompt: str, rows: Sequence[str], anchor: Sequence[Rollout],
+                      node: Sequence[Rollout]) -> Scored:
+        """A beam node against the anchor: local and global credit only (terminal: global)."""
+        assert self.graph is not None
+        kept = [(row, c, a) for row, c, a in zip(rows, node, anchor, strict=True) if c.usable and a.usable]
+        mean = sum(c.score for _, c, _ in kept) / len(kept) if kept else None
+        if not kept:
+            return Scored(prompt, None, None, None, 0.0, mean, (), tuple(rows))
+        global_ = win_rate([c.score for _, c, _ in kept], [a.score for _, _, a in kept])
+        local = None
+        if self.graph.successor(role) is not None:
+            verdicts = await self._verdicts(role, [(c, a) for _, c, a in kept])
+            local = sum(verdicts) / len(verdicts)
+        joint = self.params.weights.joint(local=local, lookahead=None, global_=global_, terminal=local is None)
+        return Scored(prompt, local, None, global_, joint, mean, (), tuple(rows))
 
     def _result(self, stop: str) -> OptimizationResult:
         best = self.bundle(self.roles[0], self.best[self.roles[0]])
         graph = self.graph
         metadata = {
             "depth": dict(self.depth),
-            "best_cumulative": dict(self.best_cumulative),
+            "best_cumulative": {r: n.cumulative for r, n in self.best_overall.items()},
             "misalignment_buffers": {r: [c.to_dict() for c in b] for r, b in self.buffers.items()},
             "charged_rollouts": self.ctx.budget.charged,
             "graph": None if graph is None else {"kind": graph.kind, "roles": list(graph.roles),

@@ -1,11 +1,14 @@
-"""MASPO's pieces that need no model: beam nodes, the joint score with its fallbacks,
-misalignment mining and minibatch composition."""
+"""MASPO's pieces that need no model: beam nodes, the joint score with its fallbacks, the paired
+win rate, misalignment mining and minibatch composition, each as the reference computes it."""
 
 from __future__ import annotations
 
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+
+TIE_TOLERANCE = 1e-9  # exact-metric scores closer than this are a tie
+UPDATE_MARGIN = 1e-6  # a role's best changes only on a cumulative gain above this
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,66 +44,62 @@ def win_rate(candidate: Sequence[float], parent: Sequence[float]) -> float:
     """Paired exact-metric win rate of the candidate over the parent (a tie counts 0.5)."""
     if not candidate:
         return 0.5
-    wins = [1.0 if c > p else 0.0 if c < p else 0.5 for c, p in zip(candidate, parent, strict=True)]
+    wins = [1.0 if c > p + TIE_TOLERANCE else 0.5 if abs(c - p) <= TIE_TOLERANCE else 0.0
+            for c, p in zip(candidate, parent, strict=True)]
     return sum(wins) / len(wins)
 
 
 @dataclass(frozen=True, slots=True)
 class Case:
-    """A misalignment case: the role's own output won, but its successor or the team lost."""
+    """A misalignment case: the role's own output won, but its successor or the team lost.
+    ``priority``: 0 both lost, 1 the successor lost, 2 the team lost (lower is harder)."""
 
     problem_id: str
-    priority: int  # 2: successor and team lost; 1: one of them
+    priority: int
 
     def to_dict(self) -> dict[str, object]:
         return {"problem_id": self.problem_id, "priority": self.priority}
 
 
 def mine_misalignment(
-    rows: Sequence[str], local: Sequence[float | None], lookahead: Sequence[float | None],
+    rows: Sequence[str], local: Sequence[float], lookahead: Mapping[int, float],
     candidate: Sequence[float], parent: Sequence[float], *, cap: int,
 ) -> list[Case]:
-    """Rows where the local verdict is a win but the successor's verdict and/or the exact
-    metric is a loss, most severe first (then by row order), at most ``cap``."""
+    """Rows whose local verdict is a clear win (1.0) while the successor's verdict is a loss
+    (0.0) and/or the candidate's exact score is below the parent's; hardest first (then row
+    order), at most ``cap``."""
     cases = []
     for index, problem_id in enumerate(rows):
-        if local[index] is None or local[index] <= 0.5:  # type: ignore[operator]
+        if local[index] != 1.0:
             continue
-        downstream_loss = lookahead[index] is not None and lookahead[index] < 0.5  # type: ignore[operator]
-        global_loss = candidate[index] < parent[index]
-        severity = int(downstream_loss) + int(global_loss)
-        if severity:
-            cases.append((-severity, index, Case(problem_id, severity)))
-    return [case for _, _, case in sorted(cases, key=lambda item: item[:2])][:cap]
+        team_lost = candidate[index] < parent[index] - TIE_TOLERANCE
+        successor_lost = lookahead.get(index) == 0.0
+        if successor_lost or team_lost:
+            cases.append(Case(problem_id, 0 if successor_lost and team_lost else 1 if successor_lost else 2))
+    return sorted(cases, key=lambda case: case.priority)[:cap]
 
 
 def compose_minibatch(
-    train: Sequence[str], size: int, hard: Sequence[Case], *, injection: int, rng: random.Random
+    train: Sequence[str], size: int, buffers: Mapping[str, Sequence[Case]], predecessors: Sequence[str], *,
+    injection: int, rng: random.Random,
 ) -> tuple[list[str], list[str]]:
-    """``(minibatch, injected)``: up to ``injection`` hard cases (most severe first), the rest
-    drawn at random from the train rows that are not hard cases."""
-    size = min(size, len(train))
-    ordered: list[str] = []
-    for case in sorted(hard, key=lambda c: -c.priority):
-        if case.problem_id in train and case.problem_id not in ordered:
-            ordered.append(case.problem_id)
-    injected = ordered[: min(injection, size)]
-    rest = [row for row in train if row not in ordered]
-    drawn = rng.sample(rest, min(len(rest), size - len(injected)))
-    return injected + drawn, injected
+    """``(minibatch, injected)`` as the reference draws it: the union of the predecessors' cases
+    (in predecessor and buffer order, each row once), all of it when it has at most ``injection``
+    rows, else ``injection`` of them sampled; then a random fill from the train rows outside that
+    whole union."""
+    union: list[str] = []
+    for role in predecessors:
+        for case in buffers.get(role, ()):
+            if case.problem_id not in union:
+                union.append(case.problem_id)
+    injected = rng.sample(union, injection) if len(union) > injection else list(union)
+    excluded = set(union) if predecessors else set(injected)
+    pool = [row for row in train if row not in excluded]
+    fill = rng.sample(pool, min(max(0, size - len(injected)), len(pool)))
+    return (injected + fill)[:size], injected
 
 
 def top_beam(nodes: Sequence[BeamNode], width: int) -> list[BeamNode]:
-    """The ``width`` best distinct prompts by cumulative score (earlier nodes win ties)."""
-    ranked = sorted(enumerate(nodes), key=lambda item: (-item[1].cumulative, item[0]))
-    out: list[BeamNode] = []
-    for _, node in ranked:
-        if all(node.prompt != kept.prompt for kept in out):
-            out.append(node)
-        if len(out) == width:
-            break
-    return out
-
-
-def union_cases(buffers: Mapping[str, Sequence[Case]], roles: Sequence[str]) -> list[Case]:
-    return [case for role in roles for case in buffers.get(role, ())]
+    """The ``width`` best nodes by cumulative score (earlier nodes win ties; a prompt may appear
+    twice, as in the reference, where a parent carried by two children fills two slots)."""
+    return sorted(nodes, key=lambda node: -node.cumulative)[:width]

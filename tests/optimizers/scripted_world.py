@@ -97,12 +97,16 @@ def _variants(useful: bool) -> str:
 def _focus(prompt: str) -> str:
     """A line naming the first sample problem, so rewrites from different samples differ."""
     match = re.search(r"^### Problem (\S+)", prompt, flags=re.MULTILINE)
-    return f"\nStart from what {match.group(1)} taught." if match else ""
+    if match is None:  # MASPO's proposer shows "Problem 1:" and the problem text (its 2nd line differs)
+        match = re.search(r"^Problem 1:\n[^\n]*\n([^\n]{1,24})", prompt, flags=re.MULTILINE)
+    return f"\nStart from what {match.group(1).strip()} taught." if match else ""
 
 
 def _blamed(prompt: str) -> list[str]:
     match = re.search(r"Critique what (.+?) did", prompt)
-    return re.findall(r"`([\w.-]+)`", match.group(1)) if match else []
+    if match is None:  # MAPRO's blame lists the upstream agents it asks about
+        return re.findall(r"^--- upstream ([\w.-]+) ---$", prompt, flags=re.MULTILINE)
+    return re.findall(r"`([\w.-]+)`", match.group(1))
 
 
 _SECTION = re.compile(r"^=== (.+?) ===$", re.MULTILINE)
@@ -127,14 +131,16 @@ def judge_reply(prompt: str, *, useful: bool) -> str:
     (0.9 vs 0.2) and prefers them pairwise; edges are neutral (0.5). Useless world: it prefers
     nothing (0.5, TIE)."""
     sections = judge_sections(prompt)
-    if "A" in sections and "B" in sections:  # pairwise
-        if not useful:
-            return "TIE"
-        a, b = solves_a_problem(sections["A"]), solves_a_problem(sections["B"])
-        return "A" if a and not b else "B" if b and not a else "TIE"
-    if not useful or "REPLY" not in sections:
+    for first, second in (("A", "B"), ("OUTPUT A", "OUTPUT B")):  # pairwise
+        if first in sections and second in sections:
+            if not useful:
+                return "TIE"
+            a, b = solves_a_problem(sections[first]), solves_a_problem(sections[second])
+            return "A" if a and not b else "B" if b and not a else "TIE"
+    reply = sections.get("REPLY", sections.get("AGENT RESPONSE"))  # a node rating; edges stay neutral
+    if not useful or reply is None:
         return "0.5"
-    return "0.9" if solves_a_problem(sections["REPLY"]) else "0.2"
+    return "0.9" if solves_a_problem(reply) else "0.2"
 
 
 MASPOB_MARKED = (None, "pattern-based")  # (role or None for every role, style) that gets MARKER

@@ -57,10 +57,11 @@ def without_call_origin(value: Any) -> Any:
     return value
 
 
-def charged_keys(out: Path) -> list[tuple[str, str, str, int, str]]:
-    # A masked run (only some agents active) is a rollout of its own: the mask is part of the key.
-    return [(a["candidate_id"], a["problem_id"], a["phase"], a["sample"], json.dumps(a.get("active")))
-            for a in read_jsonl(out / "optimization" / "attempts.jsonl") if a["charged"]]
+def charged_keys(out: Path) -> list[tuple[str, str, str, int, str, str]]:
+    # A masked run (only some agents active) is a rollout of its own: the mask is part of the key;
+    # so is the pairing key of a paired run (the same candidate under new seeds is a fresh rollout).
+    return [(a["candidate_id"], a["problem_id"], a["phase"], a["sample"], json.dumps(a.get("active")),
+             json.dumps(a.get("pairing"))) for a in read_jsonl(out / "optimization" / "attempts.jsonl") if a["charged"]]
 
 
 def reflection_records(out: Path) -> list[tuple[str, str, int, str]]:

@@ -196,3 +196,29 @@ def test_failed_attempts_before_a_kill_count_toward_retries(tmp_path: Path) -> N
     assert len(resumed_system.calls) == 2
     assert [a["attempt_index"] for a in read_jsonl(tmp_path / "attempts.jsonl")] == [0, 1, 2]
     assert resumed.budget.snapshot()["infrastructure_failures"] == 3
+
+
+def test_paired_runs_share_seeds_and_a_new_pairing_is_a_fresh_charged_run(tmp_path: Path) -> None:
+    async def scenario(evaluator: BudgetedEvaluator) -> list:
+        parent = await evaluator.evaluate(SEED, ["p0", "p1"], pairing="step1")
+        child = await evaluator.evaluate(GOOD, ["p0", "p1"], pairing="step1")
+        again = await evaluator.evaluate(SEED, ["p0"], pairing="step1")  # same key: served from cache
+        fresh = await evaluator.evaluate(SEED, ["p0"], pairing="step2")  # new seeds: run and charged
+        plain = await evaluator.evaluate(SEED, ["p0"])  # unpaired: seeded by the candidate
+        return [parent, child, again, fresh, plain]
+
+    system = CountingSystem()
+    evaluator = make(system, 100, tmp_path)
+    parent, child, again, fresh, plain = asyncio.run(scenario(evaluator))
+    assert [p.seed for p in parent] == [c.seed for c in child]  # paired row by row
+    assert parent[0].seed != parent[1].seed
+    assert again[0].cached and not again[0].charged
+    assert fresh[0].charged and fresh[0].seed != parent[0].seed and fresh[0].pairing == "step2"
+    assert plain[0].charged and plain[0].seed == seed_for("train", SEED.id, "p0", 0)
+    assert evaluator.budget.charged == 6 and len(system.calls) == 6
+    # The pairing is journaled: a restarted evaluator replays every one of them without running.
+    replay_system = CountingSystem()
+    resumed = make(replay_system, 100, tmp_path)
+    asyncio.run(scenario(resumed))
+    assert replay_system.calls == [] and resumed.budget.charged == 6
+    assert {r.get("pairing") for r in read_jsonl(tmp_path / "rollouts.jsonl")} == {"step1", "step2", None}

@@ -22,6 +22,7 @@ from scripted_world import (
     models_by_surface,
     start_world,
     world_job_config,
+    world_script,
 )
 
 
@@ -99,15 +100,17 @@ def test_mapro_keeps_the_seed_when_nothing_helps_and_the_judge_prefers_nothing(t
     assert optimization["incumbent_candidate"]["id"] == optimization["seed_candidate"]["id"]
     assert result["selection"]["selected_candidate"] == "seed"
     assert result["uncharged_calls"]["judge"]["calls"] > 0
-    # Failed runs are blamed (a lone prompt critiques itself) and the blame reaches every rewrite,
-    # which cycles the three mutation operators.
-    assert [row.get("blamed_roles") for row in rounds] == [["solver"], ["solver"], None]  # no rewrite after the stop
+    # A lone prompt has no upstream agent, so (as in the reference) nobody is blamed; every rewrite
+    # gets the global outcome, and the rewrites cycle the three mutation operators.
+    assert [row.get("blamed_roles") for row in rounds] == [[], [], None]  # no rewrite after the stop
     reflection = list(read_jsonl(tmp_path / "job" / "optimization" / "native" / "reflection.jsonl"))
+    assert not [r for r in reflection if r["purpose"] == "blame"]
     mutations = [r["prompt"] for r in reflection if r["purpose"] == "mutate"]
     assert len(mutations) == 2 * 4  # two rounds of rewrites, pool size 5 = best + 4
-    operators = [m.split("Operator: ", 1)[1].split(".", 1)[0] for m in mutations[:4]]
-    assert sorted(operators) == ["adding", "adding", "reorganization", "replacement"]
-    assert all("- Write clean code." in m for m in mutations)  # the scripted blame line
+    operators = [m.split("Operator ", 1)[1].split(":", 1)[0] for m in mutations[:4]]
+    assert sorted(operators) == ["ADDING", "ADDING", "REORGANIZATION", "REPLACEMENT"]
+    assert all("Over 3 sampled tasks, 0 succeeded and 3 failed." in m for m in mutations)
+    assert all("by the others: (none)" in m for m in mutations)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -131,7 +134,8 @@ def _tagged_world() -> Any:
         if REFLECTION_SYSTEM not in request.system:
             return None
         if "Task: mapro/pool." in request.system:
-            role = re.search(r"prompt of the `(\w+)` agent", request.last_user).group(1)  # type: ignore[union-attr]
+            found = re.search(r"^Agent role: (\w+)", request.last_user, re.MULTILINE)
+            role = found.group(1) if found else "?"
             return "\n".join(f"VARIANT:\nYou are the {role}. TAG {role}-{k}" for k in range(1, 5))
         return "```\nno change\n```"
 
@@ -139,11 +143,13 @@ def _tagged_world() -> Any:
         if JUDGE_SYSTEM not in request.system:
             return None
         sections = judge_sections(request.last_user)
-        tags = {role: int(k) for name, text in sections.items() if "REPLY" in name
-                for role, k in _TAG.findall(text)}
-        if "REPLY" in sections:  # node prompt; the seed's replies carry no tag
+        if "AGENT RESPONSE" in sections:  # node prompt; the seed's replies carry no tag
+            tags = dict((role, int(k)) for role, k in _TAG.findall(sections["AGENT RESPONSE"]))
             return str(next((NODE.get(pair, 0.1) for pair in tags.items()), 0.1))
-        return str(EDGE.get((tags.get("coder", 0), tags.get("debugger", 0)), 0.2))
+        # Edge: the coder candidate's output against the debugger candidate's *prompt*.
+        coder = dict(_TAG.findall(sections["UPSTREAM OUTPUT"])).get("coder", "0")
+        debugger = dict(_TAG.findall(sections["DOWNSTREAM ROLE PROMPT"])).get("debugger", "0")
+        return str(EDGE.get((int(coder), int(debugger)), 0.2))
 
     def team(request: Any) -> str | None:
         answer = program(request)
@@ -208,17 +214,210 @@ def test_role_context_is_what_the_role_saw_before_it_spoke() -> None:
     assert role_output(trace, "coder") == "code B\n\ncode C"
 
 
-def test_critic_keeps_bounded_preference_demos() -> None:
+def test_critic_follows_the_reference_rules() -> None:
     from optimizers.mapro.rewards import Demos, Rewards, critic_update
 
     demos: dict[str, Demos] = {}
-    rewards = Rewards({"solver": [0.9, 0.3]}, {}, {}, {"solver": [["good"], ["bad"]]})
-    notes = critic_update(demos, rewards, {"solver": 0}, 0.5, positive_threshold=0.75, negative_threshold=0.4,
-                          keep=2)
-    assert [n["polarity"] for n in notes] == ["positive", "negative"]
-    assert critic_update(demos, rewards, {"solver": 0}, 0.4, positive_threshold=0.75, negative_threshold=0.4,
-                         keep=2) == []  # under half solved: no positive; the negative is known already
-    for text in ("a", "b", "c"):
-        demos["solver"].add("positive", text, 2)
-    assert demos["solver"].positive == ["b", "c"]
-    assert demos["solver"].shown(3) == [("GOOD", "c"), ("BAD", "bad"), ("GOOD", "b")]
+    pools = {"solver": ["p0", "p1", "p0"]}  # a padded pool: index 2 repeats the seed prompt
+    rewards = Rewards({"solver": [0.9, 0.3, 0.8]}, {}, {}, {"solver": [["good", "x"], ["bad"], ["other"]]})
+    notes = critic_update(demos, rewards, pools, {"solver": 2}, True, positive_threshold=0.75,
+                          negative_threshold=0.4, keep=2)
+    # Chosen index 2 is rated by its prompt's first copy (0.9 >= 0.75) and gives its own first output.
+    assert notes == [{"role": "solver", "polarity": "positive", "candidate": 2},
+                     {"role": "solver", "polarity": "negative", "candidate": 1}]
+    assert [d.output for d in demos["solver"].positive] == ["other"]
+    assert critic_update(demos, rewards, pools, {"solver": 1}, True, positive_threshold=0.75,
+                         negative_threshold=0.4, keep=2) == []  # the worst is the chosen one; 0.3 < 0.75
+    critic_update(demos, rewards, pools, {"solver": 0}, False, positive_threshold=0.75, negative_threshold=0.4,
+                  keep=2)  # no success: no positive; the same negative is filed again (repeats allowed)
+    assert [d.output for d in demos["solver"].negative] == ["bad", "bad"]
+    for text in ("a", "b"):
+        critic_update(demos, Rewards({"solver": [0.9]}, {}, {}, {"solver": [[text]]}), {"solver": ["p"]},
+                      {"solver": 0}, True, positive_threshold=0.75, negative_threshold=0.4, keep=2)
+    assert [d.output for d in demos["solver"].positive] == ["a", "b"]  # the newest two
+    assert [d.label for d in demos["solver"].shown(3)] == ["+", "-", "+"]  # newest first, good on even slots
+    assert demos["solver"].render(1) == "[GOOD] output: b  (why: selected prompt on a solved task)"
+    assert Demos().render(3) == "(no demonstrations yet)"
+
+
+# ------------------------------------------------------------------------------------------------
+# Trace: the first rounds, worked out by hand from the reference (docs/methods/mapro.md)
+
+TRAIN = ["builtin_temperature_swing", "builtin_count_prefixed", "builtin_travel_time", "builtin_merge_intervals",
+         "builtin_longest_climb", "builtin_job_scheduling"]  # the built-in train split, in its order
+
+
+def test_mapro_trace_on_the_useful_world(tmp_path: Path) -> None:
+    """Single agent, 6 train rows, K=5, scripted world where only the marker prompt solves.
+
+    seed:    the seed runs on all 6 train rows (charged 6), train score 0; the pool is the seed
+             plus 4 variants, the third of which (index 3) carries the marker.
+    round 1: 5 candidates x 3 contexts = 15 probes and 15 node judgements (one prompt: no edge);
+             index 3's probes hold the correct program (0.9, the others 0.2), so MAP picks 3; it
+             runs on all 6 rows (charged 12), scores 1.0 > 0: adopted, delta +1.0. Critic: 6/6
+             solved, 0.9 >= 0.75 -> positive demo; worst index 0 (0.2 <= 0.4) -> negative demo.
+             Blame: the 3 lowest runs of the best all passed -> no critique; the 4 rewrites give
+             back the marker prompt itself, so the next pool is that prompt 5 times.
+    rounds 2-4: MAP picks index 0 = the best team: nothing charged, its 1.0 reused, delta 0.
+    stop:    after round 4 the last three deltas (0, 0, 0) are all <= 0: patience.
+    """
+    server = start_world(world="useful")
+    try:
+        result = run_job(world_job_config(tmp_path / "job", server.base_url, method="mapro", budget=30),
+                         fast_runtime())
+    finally:
+        server.stop()
+    optimization = read_sealed(tmp_path / "job" / "optimization.json")
+    seed_id = optimization["seed_candidate"]["id"]
+    best_id = optimization["incumbent_candidate"]["id"]
+    trace = [(row["event"], row.get("assignment"), row["candidate_id"], row["rows"], row["charged"],
+              row.get("improved"), row.get("delta")) for row in optimization["history"]]
+    assert trace == [
+        ("seed", None, seed_id, TRAIN, 6, None, None),
+        ("round", {"solver": 3}, best_id, TRAIN, 12, True, 1.0),
+        ("round", {"solver": 0}, best_id, [], 12, False, 0.0),
+        ("round", {"solver": 0}, best_id, [], 12, False, 0.0),
+        ("round", {"solver": 0}, best_id, [], 12, False, 0.0),
+    ]
+    assert optimization["stop_reason"] == "patience" and optimization["budget"]["charged"] == 12
+    assert MARKER in optimization["incumbent_candidate"]["components"]["role/solver"]
+    rounds = optimization["history"][1:]
+    assert rounds[0]["node_rewards"] == {"solver": [0.2, 0.2, 0.2, 0.9, 0.2]}
+    assert rounds[0]["demos_added"] == [{"role": "solver", "polarity": "positive", "candidate": 3},
+                                        {"role": "solver", "polarity": "negative", "candidate": 0}]
+    assert rounds[0]["blamed_runs"] == TRAIN[:3] and rounds[0]["blamed_roles"] == []
+    # Uncharged: 15 probes and 15 judgements per round, 4 rounds; none failed or cut.
+    calls = result["uncharged_calls"]
+    assert (calls["probe"]["calls"], calls["judge"]["calls"]) == (60, 60)
+    assert calls["probe"]["failed"] == calls["judge"]["failed"] == calls["probe"]["truncated"] == 0
+    # The learning curve follows the search: the seed, then the adopted team at 12 rollouts.
+    commits = [(r["committed_at"], r["incumbent_candidate_id"], r["incumbent_score"])
+               for r in read_jsonl(tmp_path / "job" / "optimization" / "learning_curve.jsonl")
+               if r["reason"] in ("grid", "stop")]
+    assert commits[0] == (6, seed_id, 0.0) and (12, best_id, 1.0) in commits
+
+
+def test_patience_counts_round_over_round_deltas() -> None:
+    from optimizers.mapro.optimizer import patience_reached
+
+    # A worse team (-0.2), then the best team again (its score reused: +0.2), then -0.1: the
+    # deltas are round over round, so re-picking the best is progress and patience is not reached.
+    assert not patience_reached([-0.2, 0.2, -0.1], 3, 0.0)
+    assert patience_reached([0.5, 0.0, -0.2, 0.0], 3, 0.0)
+    assert not patience_reached([0.0, 0.0], 3, 0.0)
+    assert patience_reached([0.01, 0.0, 0.01], 3, 0.05)  # epsilon is the patience threshold
+
+
+# ------------------------------------------------------------------------------------------------
+# Cut replies: probes and judges that stop at their token limit are still used
+
+QWEN3_ID = "scripted/qwen3-team-model"  # a Qwen3-family id: judges and probes ask to skip thinking
+
+
+def _cut_world() -> Any:
+    """The useful world, except that every probe and judge reply stops at its token limit
+    (``finish_reason: length``): a probe's program is followed by a cut explanation, a judge's
+    score by a cut justification."""
+    from optimizers.judge import JUDGE_SYSTEM
+    from topologies.scripted import FunctionRule, Script, ScriptedServer
+
+    useful = world_script(world="useful")
+
+    def cut(request: Any) -> Any:
+        probe = request.last_user.startswith("TASK:\n") and not request.body.get("tools")
+        if JUDGE_SYSTEM not in request.system and not probe:
+            return None
+        rule = useful.rules[0] if JUDGE_SYSTEM in request.system else useful.rules[1]  # reflect/judge, solve
+        reply = rule.function(request)
+        text = reply if isinstance(reply, str) else str(reply)
+        tail = " because the reply sh" if JUDGE_SYSTEM in request.system else "\n\nHere is why this works: fir"
+        return {"content": text + tail, "finish_reason": "length"}
+
+    return ScriptedServer(Script([FunctionRule("cut", cut), *useful.rules], default=None)).start()
+
+
+def test_mapro_uses_cut_probe_and_judge_replies(tmp_path: Path) -> None:
+    from optimizers.protocol.grid.config import ModelSpec
+
+    server = _cut_world()
+    try:
+        result = run_job(world_job_config(tmp_path / "job", server.base_url, method="mapro", budget=30,
+                                          model=ModelSpec("scripted", QWEN3_ID, (server.base_url,))),
+                         fast_runtime())
+        requests = list(server.requests)
+    finally:
+        server.stop()
+    optimization = read_sealed(tmp_path / "job" / "optimization.json")
+    assert optimization["status"] == "completed" and optimization["stop_reason"] == "patience"
+    calls = result["uncharged_calls"]
+    for purpose in ("probe", "judge"):  # every reply was cut, every one was used
+        assert calls[purpose]["calls"] == calls[purpose]["truncated"] == 60 and calls[purpose]["failed"] == 0
+    rounds = [row for row in optimization["history"] if row["event"] == "round"]
+    assert rounds[0]["node_rewards"] == {"solver": [0.2, 0.2, 0.2, 0.9, 0.2]}  # scores read from cut replies
+    assert rounds[0]["improved"] is True and MARKER in optimization["incumbent_candidate"]["components"]["role/solver"]
+    seed_id = optimization["seed_candidate"]["id"]
+    commits = [r for r in read_jsonl(tmp_path / "job" / "optimization" / "learning_curve.jsonl")
+               if r["reason"] in ("grid", "stop") and r["incumbent_candidate_id"] != seed_id]
+    assert commits and commits[0]["incumbent_score"] == 1.0
+    # Judges and probes asked the Qwen3-family endpoint to skip thinking; team rollouts did not.
+    surfaces = {"judge": [], "probe": [], "team": []}
+    for request in requests:
+        system = " ".join(str(m.get("content", "")) for m in request.body["messages"] if m.get("role") == "system")
+        user = next(str(m.get("content", "")) for m in request.body["messages"] if m.get("role") == "user")
+        kind = ("judge" if "impartial judge" in system else "probe" if user.startswith("TASK:\n") else
+                "reflection" if "reflection model" in system else "team")
+        if kind in surfaces:
+            surfaces[kind].append((request.body.get("chat_template_kwargs"), request.body.get("top_p"),
+                                   request.body.get("temperature")))
+    assert surfaces["judge"] and {s[0]["enable_thinking"] for s in surfaces["judge"] + surfaces["probe"]} == {False}
+    assert surfaces["team"] and all(s[0] is None for s in surfaces["team"])
+    # The reference's decoding: judges at temperature 0.2, top-p 1; probes at 0.2, top-p 0.9.
+    assert {s[1:] for s in surfaces["judge"]} == {(1.0, 0.2)} and {s[1:] for s in surfaces["probe"]} == {(0.9, 0.2)}
+
+
+# ------------------------------------------------------------------------------------------------
+# Probe contexts per topology, judge parsing, thinking off
+
+
+def test_probe_contexts_follow_the_topology() -> None:
+    from optimizers.mapro.contexts import NO_DELEGATION, probe_context
+    from optimizers.team_graph import TeamGraph
+
+    chain_trace = [_m("system", "system", "SYS"), _m("user", "user", "THE TASK"), _m("analyzer", "ai", "plan A"),
+                   _m("coder", "ai", "code B"), _m("tester", "ai", "test C")]
+    chain = TeamGraph("chain", ("analyzer", "coder", "tester"), (("analyzer", "coder"), ("coder", "tester")))
+    assert probe_context(chain, chain_trace, "analyzer") == "TASK:\nTHE TASK"
+    coder = probe_context(chain, chain_trace, "coder")
+    assert "plan A" in coder and "code B" not in coder and "SYS" not in coder
+    peers_trace = [_m("user", "user", "THE TASK"), _m("debater", "ai", "round 0", "peer1"),
+                   _m("debater", "ai", "round 1", "peer2")]
+    peers = TeamGraph("shared", ("debater",), (), replicas=2, peers=True)
+    alone = TeamGraph("shared", ("debater",), (), replicas=2, peers=False)
+    assert "round 0" in probe_context(peers, peers_trace, "debater")  # decentralized: task + all messages
+    assert "round 1" in probe_context(peers, peers_trace, "debater")
+    assert probe_context(alone, peers_trace, "debater") == "TASK:\nTHE TASK"  # independent: the task alone
+    star_trace = [_m("user", "user", "THE TASK"),
+                  {**_m("manager", "ai", "delegating"), "tool_calls": [
+                      {"name": "delegate_to_coder_worker", "args": {"instructions": "write the DP"}},
+                      {"name": "delegate_to_tester_worker", "args": {"instructions": "test n=0"}}]},
+                  _m("coder_worker", "ai", "code"), _m("tester_worker", "ai", "ok")]
+    star = TeamGraph("star", ("manager", "coder_worker", "tester_worker", "analyzer_worker"),
+                     tuple(("manager", w) for w in ("coder_worker", "tester_worker", "analyzer_worker")))
+    assert probe_context(star, star_trace, "manager") == "TASK:\nTHE TASK"
+    assert probe_context(star, star_trace, "coder_worker").endswith("MANAGER INSTRUCTIONS TO coder_worker:\n"
+                                                                    "write the DP")
+    assert probe_context(star, star_trace, "analyzer_worker").endswith(NO_DELEGATION)
+
+
+def test_judge_replies_are_read_wherever_the_score_stands() -> None:
+    from optimizers.judge import parse_score, thinking_off_body, visible_text
+
+    assert parse_score("0.85") == 0.85 and parse_score("Score: 7/10") == 0.7 and parse_score("85") == 0.85
+    assert parse_score("0.9 because the reply sh") == 0.9  # a reply cut at its token limit
+    assert parse_score("1000") == 1.0 and parse_score("-3") == 0.0 and parse_score("no idea") == 0.5
+    assert parse_score("<think>maybe 0.1</think>\n0.8") == 0.8  # thinking is ignored
+    assert parse_score("<think>hmm, 0.1 or") == 0.5  # cut while thinking: nothing visible
+    assert parse_score("0.2 first</think>0.6") == 0.6  # the client kept only the tail of a think block
+    assert visible_text("<think>a</think> b <think>c") == "b"
+    assert thinking_off_body("Qwen/Qwen3.5-9B") == {"chat_template_kwargs": {"enable_thinking": False}}
+    assert thinking_off_body("qwen2.5-coder-0.5b-instruct") == {} and thinking_off_body(None) == {}

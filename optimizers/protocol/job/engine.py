@@ -649,12 +649,12 @@ def _reflection_usage(result: Any, client: Any) -> dict[str, Any] | None:
     return _client_usage(client)
 
 
-UNCHARGED_KEYS = ("calls", "failed", "prompt_tokens", "completion_tokens")
+UNCHARGED_KEYS = ("calls", "failed", "truncated", "prompt_tokens", "completion_tokens")  # truncated: cut, still used
 
 
 def uncharged_calls(result: Any) -> dict[str, dict[str, int]]:
     """``metadata["uncharged_calls"]`` of a method, checked and normalised (COST_SCHEMA):
-    ``{purpose: {calls, failed, prompt_tokens, completion_tokens}}``; {} when it reports none."""
+    ``{purpose: {calls, failed, truncated, prompt_tokens, completion_tokens}}``; {} when it reports none."""
     reported = (result.metadata or {}).get("uncharged_calls") if result is not None else None
     if not isinstance(reported, Mapping):
         return {}
