@@ -263,9 +263,13 @@ class LcbGEPAAdapter:
         from gepa.core.adapter import EvaluationBatch
 
         ours = self.book.candidate(candidate)
-        self.watch.admit(len(batch), sum(1 for p in batch if (ours.id, p) not in self._served))
+        # gepa's epoch sampler pads the last minibatch of an epoch with ids already in it when the
+        # train set is not a multiple of the minibatch size: a repeat is the same rollout (same
+        # candidate, problem and seed), so each distinct id runs once and its result fills every slot.
+        distinct = list(dict.fromkeys(batch))
+        self.watch.admit(len(batch), sum(1 for p in distinct if (ours.id, p) not in self._served))
         by_phase: dict[str, list[str]] = {}
-        for problem_id in batch:
+        for problem_id in distinct:
             by_phase.setdefault(self._phase(problem_id), []).append(problem_id)
         results: dict[str, _Trace] = {}
         for phase, ids in by_phase.items():

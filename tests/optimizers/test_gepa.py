@@ -197,3 +197,21 @@ def test_incumbent_is_best_complete_validation_with_seed_winning_ties() -> None:
     assert book.best(val) == (seed, 0.5)  # better's evaluation is partial, cut's was cut by budget
     book.val_scores[better.id]["v2"] = 1.0
     assert book.best(val) == (better, 1.0)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+@pytest.mark.parametrize("size", [4, 5])
+def test_a_train_set_that_is_not_a_multiple_of_the_minibatch_runs(tmp_path: Path, useful: Any, seed: int,
+                                                                  size: int) -> None:
+    # gepa's epoch sampler pads an epoch's last minibatch with ids it already holds (6 train
+    # problems, minibatches of 4 or 5): each distinct problem runs once, its result fills every
+    # slot. Before the fix these jobs failed: "duplicate problem ids in one evaluate call".
+    config = world_job_config(tmp_path / "job", useful.base_url, method="gepa", seed=seed,
+                              method_params={"reflection_minibatch_size": size})
+    result = run_job(config, fast_runtime())
+    optimization = read_sealed(tmp_path / "job" / "optimization.json")
+    assert result["status"] == "completed" and optimization["status"] == "completed"
+    assert optimization["stop_reason"] != "error" and MARKER in optimization["incumbent_candidate"]["components"]["role/solver"]
+    charged = [row for row in read_jsonl(tmp_path / "job" / "optimization" / "rollouts.jsonl") if row.get("charged")]
+    keys = [(row["candidate_id"], row["problem_id"], row.get("sample", 0)) for row in charged]
+    assert keys and len(keys) == len(set(keys))  # no problem ran twice for one candidate
