@@ -120,11 +120,15 @@ ROOM_RULES: dict[str, set[str]] = {
     "protocol.report": {"lcb", "core", "protocol", "protocol.grid", "protocol.aggregate", "protocol.report"},
     "protocol.run": {"lcb", "topologies", "core", "protocol", "protocol.grid", "protocol.job",
                      "protocol.aggregate", "protocol.report", "protocol.run"},
+    # The gym drives methods through the core's seams on scripted worlds, with the real team
+    # runtime and the job's LCB team system; no method and no room above the job reaches it.
+    "gym": {"lcb", "topologies", "core", "protocol", "protocol.grid", "protocol.job", "gym"},
 }
 # Doors are run by people (python -m ...), never imported: they may open any room.
 DOORS = {f"{PROTOCOL}.grid.cli"}
 METHOD_PACKAGES = frozenset(
-    p.name for p in (REPO / "optimizers").iterdir() if (p / "__init__.py").is_file() and p.name != "protocol"
+    p.name for p in (REPO / "optimizers").iterdir()
+    if (p / "__init__.py").is_file() and p.name not in {"protocol", "gym"}
 )
 
 
@@ -139,6 +143,8 @@ def room_of(module: str) -> str | None:
         return "core"
     if parts[1] == "protocol":
         return "protocol" if len(parts) == 2 else f"protocol.{parts[2]}"
+    if parts[1] == "gym":
+        return "gym"
     return f"method.{parts[1]}" if parts[1] in METHOD_PACKAGES else "core"
 
 

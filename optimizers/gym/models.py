@@ -242,7 +242,7 @@ class ScriptedReflector:
         self.unknown: dict[str, int] = {}  # method/purpose tags no shape is known for
 
     def reply(self, system: str, prompt: str, seed: int) -> str | None:
-        from optimizers.gym import shapes
+        import optimizers.gym.shapes as shapes
 
         tag = _TASK_TAG.search(system)
         if tag is None:
