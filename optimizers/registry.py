@@ -23,6 +23,9 @@ BUILTIN_METHODS: dict[str, str] = {
     "mamut_gepa": "optimizers.mamut_gepa:MAMUTGEPAOptimizer",
     "maspob": "optimizers.maspob:MASPOBOptimizer",
     "tavo": "optimizers.tavo:TAVOOptimizer",
+    # Test-only matched-compute baselines (optimizers/matched.py): no search.
+    "self_consistency": "optimizers.self_consistency:SelfConsistencyBaseline",
+    "best_of_n": "optimizers.best_of_n:BestOfNBaseline",
 }
 
 _REGISTERED: dict[str, type[Optimizer]] = {}

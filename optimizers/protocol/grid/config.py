@@ -79,6 +79,9 @@ class JobConfig:
     selection: str = "val"
     selection_size: int = 25
     force_resume: bool = False  # continue a job folder made by other code versions (marked in result)
+    # Transfer job: test the deployed candidate of the finished job in this folder under this
+    # job's model and topology (never optimizes; optimizers/protocol/job/transfer.py).
+    deploy_from: Path | None = None
     tracker: TrackerSpec = TrackerSpec()
     quiet: bool = False
     verbose: bool = False  # third-party chatter (W&B, LangChain) on stderr too

@@ -189,7 +189,13 @@ def _spec(
     cfg: JobConfig, base_spec: TeamSpec, seed_candidate: Candidate, split_ids: SplitIds, condition_id: str
 ) -> dict[str, Any]:
     """The result-relevant configuration: equal specs compute equal results."""
+    from optimizers.protocol.job.transfer import source_of
+
+    source = source_of(cfg)
+    # Only transfer jobs carry the key, so every other job keeps its id.
+    transfer = {"deploy_from": source.identity()} if source is not None else {}
     return {
+        **transfer,
         "protocol": PROTOCOL_ID,
         "method": cfg.method,
         "dataset": cfg.dataset,
@@ -237,6 +243,11 @@ def _cell(cfg: JobConfig, base_spec: TeamSpec) -> dict[str, Any]:
         extra["method_variant"] = variant
     if cfg.selection != "val":
         extra["selection"] = {"mode": cfg.selection, "size": cfg.selection_size}
+    from optimizers.protocol.job.transfer import source_of
+
+    source = source_of(cfg)
+    if source is not None:  # tuned elsewhere: its own cell, never pooled with the target's
+        extra["transfer_from"] = source.cell_record()
     return {**extra, **{
         "method": cfg.method,
         "dataset": cfg.dataset,
