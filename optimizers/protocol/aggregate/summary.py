@@ -29,7 +29,9 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from optimizers.protocol.grid import cells
+from optimizers.protocol.aggregate import matched as matched_compute
 from optimizers.protocol.aggregate import stats
+from optimizers.protocol.aggregate import transfer as transfer_matrix
 from optimizers.protocol.aggregate import trust
 
 log = logging.getLogger("aggregate")
@@ -72,6 +74,14 @@ class JobResult:
     cost: Mapping[str, Any] = field(default_factory=dict)  # optimizers.protocol.aggregate.trust.job_cost
     truncation: Mapping[str, Any] = field(default_factory=dict)  # result.json "truncation"
     optimism: Mapping[str, Any] = field(default_factory=dict)  # result.json selection.optimism
+    # Mean prompt+completion tokens per test problem of each arm ({} for results without usage).
+    tokens_per_problem: Mapping[str, float] = field(default_factory=dict)
+    matched: Mapping[str, Any] = field(default_factory=dict)  # result.json "matched" (baseline jobs)
+
+    @property
+    def transfer_from(self) -> Mapping[str, Any]:
+        """Where a transfer job's prompts were tuned ({} for every other job)."""
+        return self.cell.get("transfer_from") or {}
 
     @property
     def method(self) -> str:
@@ -87,6 +97,8 @@ class JobResult:
         knobs = [f"{k}={v}" for k, v in sorted((self.cell.get("method_variant") or {}).items())]
         if self.selection_mode != "val":
             knobs.append(f"selection={self.selection_mode}")
+        if self.transfer_from:
+            knobs.append(f"from={cells.model_key(str(self.transfer_from.get('model')))}")
         return ",".join(knobs)
 
     @property
@@ -96,8 +108,9 @@ class JobResult:
 
     @property
     def condition_key(self) -> tuple[Any, ...]:
-        # Methods are compared under the same selection rule only.
-        return (*(self.cell.get(name) for name in CELL_FIELDS if name != "method"), self.selection_mode)
+        # Methods are compared under the same selection rule (and transfer source) only.
+        return (*(self.cell.get(name) for name in CELL_FIELDS if name != "method"), self.selection_mode,
+                str(self.transfer_from.get("model", "")))
 
     @property
     def model_key(self) -> str:
@@ -156,11 +169,31 @@ def read_result(path: Path) -> JobResult:
             cost=trust.job_cost(data),
             truncation=data.get("truncation") or {},
             optimism=selection.get("optimism") or {},
+            tokens_per_problem=_tokens_per_problem(path, test, data.get("test_tokens_per_problem")),
+            matched=data.get("matched") or {},
         )
     except (KeyError, TypeError, ValueError) as exc:
         if isinstance(exc, ResultError):
             raise
         raise ResultError(f"{path}: malformed result ({exc.__class__.__name__}: {exc})") from None
+
+
+def _tokens_per_problem(path: Path, test: Mapping[str, Any], stored: Any) -> dict[str, float]:
+    """Per arm, mean tokens per test problem: result.json's own figure, else the job's test.json
+    usage (results sealed before the figure existed)."""
+    if isinstance(stored, Mapping):
+        return {str(k): float(v) for k, v in stored.items() if v is not None}
+    n = len(test.get("example_ids") or ())
+    sibling = path.with_name("test.json")
+    if not n or not sibling.is_file():
+        return {}
+    import json
+
+    try:
+        usage = json.loads(sibling.read_text(encoding="utf-8")).get("usage") or {}
+    except (OSError, ValueError):
+        return {}
+    return {arm: trust.tokens(usage.get(arm)) / n for arm in ("baseline", "deployed") if usage.get(arm)}
 
 
 def find_results(roots: Iterable[Path]) -> list[Path]:
@@ -513,6 +546,8 @@ class Aggregate:
     skipped: list[str]
     notes: list[str]
     power: list[dict[str, Any]] = field(default_factory=list)
+    matched: list[dict[str, Any]] = field(default_factory=list)  # team vs matched single agent rows
+    transfer: dict[str, Any] = field(default_factory=dict)  # the transfer matrices
 
     def summary(self, *, family: str, replicates: int, include_nonconformant: bool) -> dict[str, Any]:
         cells_out = []
@@ -539,6 +574,8 @@ class Aggregate:
             "skipped": list(self.skipped),
             "notes": list(self.notes),
             "power": list(self.power),
+            "matched": list(self.matched),
+            "transfer": dict(self.transfer),
         }
 
 
@@ -548,6 +585,7 @@ def aggregate(
     replicates: int = 10000,
     family: str = "task",
     include_nonconformant: bool = False,
+    deployments: int = matched_compute.DEFAULT_DEPLOYMENTS,
 ) -> Aggregate:
     results: list[JobResult] = []
     skipped: list[str] = []
@@ -567,7 +605,11 @@ def aggregate(
     pairs, notes = method_comparisons(groups, replicates)
     apply_holm(pairs, lambda c: _family("pair", family, c))
     power = design_power(groups, cell_stats, family) if groups else []
-    return Aggregate(groups, cell_stats, pairs, skipped, notes, power)
+    matched = matched_compute.matched_rows(groups, cell_stats, compare, replicates=replicates,
+                                           deployments=deployments)
+    transfer = transfer_matrix.transfer_matrix(groups, cell_stats)
+    notes.extend(transfer["notes"])
+    return Aggregate(groups, cell_stats, pairs, skipped, notes, power, matched, transfer)
 
 
 def build_parser() -> OneLineParser:
@@ -583,6 +625,9 @@ def build_parser() -> OneLineParser:
     parser.add_argument("--family", choices=FAMILIES, default="task", help="Holm family (default: task)")
     parser.add_argument("--include-nonconformant", action="store_true",
                         help="also use results that are off-grid or not run under the protocol")
+    parser.add_argument("--deployments", type=int, default=matched_compute.DEFAULT_DEPLOYMENTS,
+                        help="problems the deployed team is run on, to amortise the optimization's tokens "
+                             f"over (default {matched_compute.DEFAULT_DEPLOYMENTS})")
     parser.add_argument("--log-level", default="INFO", help="stderr log level")
     return parser
 
@@ -592,6 +637,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.bootstrap < 100:
         parser.error(f"--bootstrap must be >= 100, not {args.bootstrap}")
+    if args.deployments < 1:
+        parser.error(f"--deployments must be >= 1, not {args.deployments}")
     level = logging.getLevelName(str(args.log_level).upper())
     if not isinstance(level, int):
         parser.error(f"unknown log level {args.log_level!r}")
@@ -600,7 +647,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for root in missing:
         log.warning("%s does not exist", root)
     result = aggregate(args.roots, replicates=args.bootstrap, family=args.family,
-                       include_nonconformant=args.include_nonconformant)
+                       include_nonconformant=args.include_nonconformant, deployments=args.deployments)
     for reason in result.skipped:
         log.warning("skipped %s", reason)
     for note in result.notes:
@@ -613,6 +660,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     sys.stdout.write(render_table(result.groups, result.cells, result.pairs))
     sys.stdout.write("\n" + render_trust_table(result.groups, result.cells))
     sys.stdout.write("\n" + render_power(result.power))
+    if result.matched:
+        sys.stdout.write("\n" + matched_compute.render_matched(result.matched))
+    if result.transfer.get("matrices"):
+        sys.stdout.write("\n" + transfer_matrix.render_transfer(result.transfer))
     if args.out is not None:
         import json
 

@@ -35,7 +35,8 @@ MILLION = 1_000_000
 # --------------------------------------------------------------------------- per job
 
 
-def _tokens(usage: Any) -> int:
+def tokens(usage: Any) -> int:
+    """Prompt + completion tokens of a usage record (0 when absent)."""
     if not isinstance(usage, Mapping):
         return 0
     return int(usage.get("prompt_tokens", 0) or 0) + int(usage.get("completion_tokens", 0) or 0)
@@ -49,10 +50,10 @@ def job_cost(result: Mapping[str, Any]) -> dict[str, Any]:
     elapsed = optimization.get("elapsed_seconds")
     return {
         "charged_rollouts": int((optimization.get("budget") or {}).get("charged", 0) or 0),
-        "task_tokens": _tokens(usage.get("task")),
-        "reflection_tokens": _tokens(usage.get("reflection")),
+        "task_tokens": tokens(usage.get("task")),
+        "reflection_tokens": tokens(usage.get("reflection")),
         "uncharged_calls": sum(int((row or {}).get("calls", 0) or 0) for row in uncharged.values()),
-        "uncharged_tokens": sum(_tokens(row) for row in uncharged.values()),
+        "uncharged_tokens": sum(tokens(row) for row in uncharged.values()),
         "wall_s": None if elapsed is None else float(elapsed),
     }
 

@@ -1,0 +1,71 @@
+"""Matched-compute baselines and transfer jobs end to end: real teams, scripted model, real grader."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from job_support import fast_runtime, job_config
+from optimizers.journal import read_jsonl, read_sealed
+from optimizers.protocol.job.errors import JobError
+from optimizers.protocol.job.test_only import run_job
+
+
+def test_self_consistency_matches_the_team_tokens_within_one_sample(tmp_path: Path, scripted_server) -> None:
+    server = scripted_server()
+    out = tmp_path / "sc"
+    cfg = job_config(out, server.base_url, method="self_consistency", topology="independent", team_size=4,
+                     method_params={"match": "tokens", "n": None, "max_n": 64})
+    result = run_job(cfg, fast_runtime())
+    matched = result["matched"]
+    assert result["optimization"]["budget"]["charged"] == 0
+    assert result["optimization"]["stop_reason"] == "test_only_baseline"
+    team, sample, n = (matched["team_tokens_per_problem"], matched["sample_tokens_per_problem"], matched["n"])
+    assert team > 1.5 * sample  # the team costs more than one sample: N > 1 is needed and chosen
+    assert n > 1 and abs(n * sample - team) <= sample
+    samples = list(read_jsonl(out / "baseline" / "samples.jsonl"))
+    assert len(samples) == n * len(result["test"]["example_ids"])
+    # The team arm is the shared seed evaluation; the single arm scored what the vote chose.
+    test = read_sealed(out / "test.json")
+    assert test["baseline_scores"] == result["test"]["baseline_scores"]
+    assert all(len(p["vote"]["groups"]) >= 1 for p in test["matched"]["problems"])
+    # Resuming a finished job asks the model nothing.
+    requests = server.request_count
+    assert run_job(cfg, fast_runtime()) == result and server.request_count == requests
+
+
+def test_a_fixed_n_is_used_as_given(tmp_path: Path, scripted_server) -> None:
+    server = scripted_server()
+    cfg = job_config(tmp_path / "bon", server.base_url, method="best_of_n",
+                     method_params={"match": "fixed", "n": 3, "max_n": 64})
+    result = run_job(cfg, fast_runtime())
+    assert result["matched"]["n"] == 3 and result["matched"]["selection_rule"] == "examples"
+
+
+def test_a_transfer_job_has_its_own_identity_and_never_optimizes(tmp_path: Path, scripted_server) -> None:
+    server = scripted_server()
+    source_dir = tmp_path / "source"
+    source = run_job(job_config(source_dir, server.base_url, method="scripted_search", budget=12), fast_runtime())
+    assert source["selection"]["selected_candidate"] == "incumbent"
+    target_dir = tmp_path / "target"
+    cfg = job_config(target_dir, server.base_url, method="scripted_search", budget=12, deploy_from=source_dir)
+    requests = server.request_count
+    result = run_job(cfg, fast_runtime())
+    assert result["job_id"] != source["job_id"] and result["cell_id"] != source["cell_id"]
+    assert read_sealed(target_dir / "job.json")["spec"]["deploy_from"]["job_id"] == source["job_id"]
+    assert result["optimization"]["stop_reason"] == "transfer"
+    assert result["optimization"]["budget"]["charged"] == 0
+    assert not (target_dir / "optimization" / "attempts.jsonl").exists()  # no charged rollout at all
+    assert result["selection"]["deployed_candidate_id"] == source["selection"]["deployed_candidate_id"]
+    # Same model, same seed, same problems: the same shared evaluations, so the same Δ.
+    assert result["test"]["delta_pp"] == source["test"]["delta_pp"]
+    del requests
+
+
+def test_deploy_from_a_folder_without_a_finished_job_is_one_clear_error(tmp_path: Path, scripted_server) -> None:
+    server = scripted_server()
+    (tmp_path / "empty").mkdir()
+    cfg = job_config(tmp_path / "t", server.base_url, deploy_from=tmp_path / "empty")
+    with pytest.raises(JobError, match="no result.json"):
+        run_job(cfg, fast_runtime())
