@@ -586,6 +586,7 @@ def aggregate(
     family: str = "task",
     include_nonconformant: bool = False,
     deployments: int = matched_compute.DEFAULT_DEPLOYMENTS,
+    seeds: Sequence[int] = cells.GRID_SEEDS,
 ) -> Aggregate:
     results: list[JobResult] = []
     skipped: list[str] = []
@@ -599,7 +600,7 @@ def aggregate(
             skipped.append(f"{path}: non-conformant (use --include-nonconformant)")
             continue
         results.append(result)
-    groups = group_cells(results)
+    groups = group_cells(results, seeds)
     cell_stats = {g.key: cell_comparison(g, replicates) for g in groups if not g.problems}
     apply_holm(list(cell_stats.values()), lambda c: _family("cell", family, c))
     pairs, notes = method_comparisons(groups, replicates)
@@ -625,6 +626,9 @@ def build_parser() -> OneLineParser:
     parser.add_argument("--family", choices=FAMILIES, default="task", help="Holm family (default: task)")
     parser.add_argument("--include-nonconformant", action="store_true",
                         help="also use results that are off-grid or not run under the protocol")
+    parser.add_argument("--seeds", default=",".join(map(str, cells.GRID_SEEDS)),
+                        help="the seeds a complete cell has (default: the grid's, "
+                             f"{','.join(map(str, cells.GRID_SEEDS))}); e.g. 0,1 for a small run")
     parser.add_argument("--deployments", type=int, default=matched_compute.DEFAULT_DEPLOYMENTS,
                         help="problems the deployed team is run on, to amortise the optimization's tokens "
                              f"over (default {matched_compute.DEFAULT_DEPLOYMENTS})")
@@ -639,6 +643,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--bootstrap must be >= 100, not {args.bootstrap}")
     if args.deployments < 1:
         parser.error(f"--deployments must be >= 1, not {args.deployments}")
+    try:
+        seeds = tuple(int(s) for s in str(args.seeds).split(",") if s.strip())
+    except ValueError:
+        parser.error(f"--seeds must be comma-separated integers, not {args.seeds!r}")
+    if not seeds:
+        parser.error("--seeds needs at least one seed")
     level = logging.getLevelName(str(args.log_level).upper())
     if not isinstance(level, int):
         parser.error(f"unknown log level {args.log_level!r}")
@@ -647,7 +657,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     for root in missing:
         log.warning("%s does not exist", root)
     result = aggregate(args.roots, replicates=args.bootstrap, family=args.family,
-                       include_nonconformant=args.include_nonconformant, deployments=args.deployments)
+                       include_nonconformant=args.include_nonconformant, deployments=args.deployments,
+                       seeds=seeds)
     for reason in result.skipped:
         log.warning("skipped %s", reason)
     for note in result.notes:

@@ -27,7 +27,7 @@ def _share(delta: float | None, source: float | None) -> float | None:
 
 def transfer_matrix(groups: Sequence[Any], cell_stats: Mapping[tuple[Any, ...], Any]) -> dict[str, Any]:
     """``{"matrices": [...], "notes": [...]}``; each matrix: method, runtime, models (row/column
-    order) and entries ``{source, target, delta_pp, share_kept, seeds, measured_by}``."""
+    order: ``tuned_on``, ``deployed_on``) and entries ``{source, target, delta_pp, share_kept, seeds, measured_by}``."""
     sources: dict[tuple[str, str, str], Any] = {}
     transfers: dict[tuple[str, str, str], dict[str, Any]] = defaultdict(dict)
     for group in groups:
@@ -45,14 +45,14 @@ def transfer_matrix(groups: Sequence[Any], cell_stats: Mapping[tuple[Any, ...], 
     notes: list[str] = []
     matrices = []
     for method, runtime in sorted({(m, r) for m, r, _ in [*sources, *transfers]}):
-        models = sorted({x for m, r, x in sources if (m, r) == (method, runtime)}
-                        | {x for m, r, x in transfers if (m, r) == (method, runtime)}
-                        | {y for (m, r, _), row in transfers.items() if (m, r) == (method, runtime) for y in row})
+        tuned_on = sorted({x for m, r, x in [*sources, *transfers] if (m, r) == (method, runtime)})
+        deployed_on = sorted(set(tuned_on) | {y for (m, r, _), row in transfers.items()
+                                              if (m, r) == (method, runtime) for y in row})
         entries = []
-        for x in models:
+        for x in tuned_on:
             own = sources.get((method, runtime, x))
             own_delta = own.mean_delta_pp if own is not None else None
-            for y in models:
+            for y in deployed_on:
                 measured = transfers.get((method, runtime, x), {}).get(y)
                 if x == y:
                     if own is None:
@@ -68,21 +68,21 @@ def transfer_matrix(groups: Sequence[Any], cell_stats: Mapping[tuple[Any, ...], 
                                     "seeds": [s.seed for s in measured.seeds], "measured_by": "transfer",
                                     "source_delta_pp": own_delta})
         if any(e["measured_by"] == "transfer" for e in entries):
-            matrices.append({"method": method, "runtime": runtime, "models": models, "entries": entries})
+            matrices.append({"method": method, "runtime": runtime, "tuned_on": tuned_on,
+                             "deployed_on": deployed_on, "entries": entries})
     return {"matrices": matrices, "notes": notes}
 
 
 def render_transfer(matrix: Mapping[str, Any]) -> str:
     lines = []
     for block in matrix["matrices"]:
-        models = block["models"]
         lines.append(f"transfer\t{block['method']}\t{block['runtime']}\t(rows: tuned on; columns: deployed on; "
                      "delta_pp [share of the source's gain kept])")
-        lines.append("\t".join(["tuned_on\\deployed_on", *models]))
+        lines.append("\t".join(["tuned_on\\deployed_on", *block["deployed_on"]]))
         cell = {(e["source"], e["target"]): e for e in block["entries"]}
-        for x in models:
+        for x in block["tuned_on"]:
             row = [x]
-            for y in models:
+            for y in block["deployed_on"]:
                 entry = cell.get((x, y))
                 if entry is None:
                     row.append("-")

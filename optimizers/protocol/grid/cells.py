@@ -39,6 +39,8 @@ from typing import Any
 
 from optimizers.protocol.grid.config import GRID_BUDGET, JobConfig
 
+# Test-only matched-compute baselines: like identity, they may run on any condition a grid cell uses.
+MATCHED_BASELINES = ("self_consistency", "best_of_n")
 GRID_METHODS = ("gepa", "mipro", "mapro", "maspo", "hivemind", "mamut_gepa", "maspob", "tavo")
 BASELINE_METHODS = ("gepa", "mipro", "mapro", "maspo")
 SINGLE_AGENT_METHODS = ("gepa", "mipro")
@@ -331,7 +333,7 @@ _PROTOCOL_FIELDS = ("optimize_max_tests", "optimize_decoding", "eval_decoding", 
 def grid_membership(cfg: JobConfig) -> tuple[bool, tuple[str, ...], str]:
     """(in grid, source tables, why not) for the job's method, condition and seed."""
     condition = condition_of(cfg)
-    if cfg.method == "identity":
+    if cfg.method == "identity" or cfg.method in MATCHED_BASELINES:
         if not condition_in_grid(condition):
             return False, (), f"no grid cell runs {condition.registry_key} with model {condition.model}"
     else:

@@ -88,6 +88,7 @@ FLAGS: dict[str, Flag] = {
     "--tracker": Flag("tracker"),
     "--experiment": Flag("experiment"),
     "--force-resume": Flag("force_resume", "bool"),
+    "--deploy-from": Flag("deploy_from"),
     "--selection": Flag("selection"),
     "--selection-size": Flag("selection.size"),
 }
@@ -447,7 +448,8 @@ def run_task(cfg: Any) -> dict[str, Any]:
     from optimizers.journal import read_json_object
     from optimizers.protocol.job.errors import JobError
     from optimizers.protocol.run.hydra_config import to_container
-    from optimizers.protocol.job.engine import JobRuntime, run_job, summary_line
+    from optimizers.protocol.job.engine import JobRuntime, summary_line
+    from optimizers.protocol.job.test_only import run_job
     from optimizers.protocol.report.tracking import deployed_prompts_score, make_tracker
 
     finished = job.phase == "all" and (job.out / "result.json").is_file()

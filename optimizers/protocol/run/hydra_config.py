@@ -200,10 +200,20 @@ def _selection(value: Any, defaults: Mapping[str, Any]) -> tuple[str, int]:
 def job_config_from_dict(raw: Mapping[str, Any]) -> JobConfig:
     """Plain config data (as composed from conf/) -> JobConfig; ``ConfigError`` on bad values."""
     defaults = {f.name: f.default for f in dataclasses.fields(JobConfig)}
-    method = _group(raw, "method")
+    deploy_from = _path(raw.get("deploy_from"))
+    # A transfer job is its source job on another model: method, knobs, team, seed and budget
+    # come from the source's job.json; this config contributes the model (and how to run).
+    source = _source_spec(deploy_from) if deploy_from is not None else None
+    if source is not None:
+        method = {"name": source["method"], **(source.get("method_params") or {})}
+        topology, team_size = str(source["topology"]), int(source["team_size"])
+        rounds, max_turns = int(source["rounds"]), int(source["max_turns"])
+        communication = str(source["communication"])
+    else:
+        method = _group(raw, "method")
+        topology, team_size, rounds, max_turns = _topology(raw)
+        communication = _str(_group(raw, "communication").get("name"), "communication.name")
     method_name = _str(method.get("name"), "method.name")
-    topology, team_size, rounds, max_turns = _topology(raw)
-    communication = _str(_group(raw, "communication").get("name"), "communication.name")
     if communication not in cells.COMMUNICATIONS:
         raise ConfigError(f"unknown communication {communication!r}; expected {', '.join(cells.COMMUNICATIONS)}")
 
@@ -228,8 +238,8 @@ def job_config_from_dict(raw: Mapping[str, Any]) -> JobConfig:
     if tracker.mode not in TRACKER_MODES:
         raise ConfigError(f"tracker.mode must be one of {', '.join(TRACKER_MODES)}, not {tracker.mode!r}")
 
-    seed = _int(raw.get("seed"), "seed", minimum=0)
-    budget = _int(raw.get("budget", defaults["budget"]), "budget")
+    seed = int(source["seed"]) if source is not None else _int(raw.get("seed"), "seed", minimum=0)
+    budget = int(source["budget"]) if source is not None else _int(raw.get("budget", defaults["budget"]), "budget")
     if budget <= 0:
         raise ConfigError(f"budget must be a positive number of rollouts, not {budget}")
     phase = _str(raw.get("phase", "all"), "phase")
@@ -252,7 +262,10 @@ def job_config_from_dict(raw: Mapping[str, Any]) -> JobConfig:
     condition = cells.Condition(topology, team_size, communication, model.alias)
     out = _path(raw.get("out"))
     if out is None:
-        out = cells.job_dir(_str(raw.get("runs_root", "runs"), "runs_root"), method_name, condition, seed)
+        runs_root: str | Path = _str(raw.get("runs_root", "runs"), "runs_root")
+        if deploy_from is not None:  # a transfer job never lands in an ordinary job's folder
+            runs_root = Path(runs_root) / "transfer" / f"from-{cells.model_key(str(source['model']))}"
+        out = cells.job_dir(runs_root, method_name, condition, seed)
     return JobConfig(
         method=method_name,
         topology=topology,
@@ -291,11 +304,27 @@ def job_config_from_dict(raw: Mapping[str, Any]) -> JobConfig:
         selection=selection_mode,
         selection_size=selection_size,
         force_resume=_bool(raw.get("force_resume", False), "force_resume"),
+        deploy_from=deploy_from,
         tracker=tracker,
         quiet=_bool(raw.get("quiet", False), "quiet"),
         verbose=_bool(raw.get("verbose", False), "verbose"),
         log_level=log_level,
     )
+
+
+def _source_spec(folder: Path) -> Mapping[str, Any]:
+    """The spec in a transfer job's source folder (its job.json)."""
+    import json
+
+    try:
+        spec = json.loads((folder / "job.json").read_text(encoding="utf-8"))["spec"]
+        picked = {key: spec[key] for key in ("method", "method_params", "topology", "team_size", "rounds",
+                                             "max_turns", "communication", "seed", "budget", "model")}
+    except (OSError, ValueError, KeyError, TypeError):
+        raise ConfigError(f"deploy_from {folder}: not a job folder (no readable job.json)") from None
+    if spec.get("deploy_from"):
+        raise ConfigError(f"deploy_from {folder}: the source is itself a transfer job")
+    return picked
 
 
 def check_job(job: JobConfig, standing: cells.Conformance | None = None) -> None:
