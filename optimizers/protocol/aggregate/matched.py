@@ -109,6 +109,8 @@ def matched_rows(groups: Sequence[Any], cell_stats: Mapping[tuple[Any, ...], Any
                 "break_even_vs_single": None if own else break_even(
                     cost, team_tokens, stats.macro_b, single_tokens, single_stats.macro_b),
             })
+    rows.sort(key=lambda r: (r["baseline"], r["task"], r["model"], r["runtime"], r["method"] != "seed team",
+                             r["method"]))
     return rows
 
 

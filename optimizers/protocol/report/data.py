@@ -79,6 +79,8 @@ class ReportData:
     skipped: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     nonconformant_jobs: int = 0  # drawn jobs that ran off the grid protocol
+    matched: list[dict[str, Any]] = field(default_factory=list)  # aggregate.matched rows
+    transfer: dict[str, Any] = field(default_factory=dict)  # aggregate.transfer matrices
 
     @property
     def nonconformant_label(self) -> str | None:
@@ -237,7 +239,7 @@ def job_view(result: aggregate.JobResult) -> JobView:
 
 def load(
     roots: Sequence[Path], *, include_nonconformant: bool | None = None, replicates: int = 2000,
-    seeds: Sequence[int] = cells.GRID_SEEDS,
+    seeds: Sequence[int] = cells.GRID_SEEDS, deployments: int = 1000,
 ) -> ReportData:
     """Every result under ``roots`` -> jobs and cells (never raises for a bad or partial job).
 
@@ -262,11 +264,14 @@ def load(
     data.nonconformant_jobs = sum(1 for r in results if not r.conformant)
     views = {r.path: job_view(r) for r in results}
     data.jobs = list(views.values())
-    for group in aggregate.group_cells(results, seeds):
+    groups = aggregate.group_cells(results, seeds)
+    stats: dict[Any, aggregate.Comparison] = {}
+    for group in groups:
         label = group.label()
         comparison = None
         if group.by_seed and "the seeds were tested on different problems" not in group.problems:
             comparison = aggregate.cell_comparison(group, replicates)
+            stats[group.key] = comparison
         data.cells.append(CellView(
             method=label["method"], runtime=label["runtime"], model=label["model"],
             jobs=tuple(views[j.path] for j in group.jobs), comparison=comparison,
@@ -275,4 +280,11 @@ def load(
         if group.problems:
             data.notes.append(f"{label['method']} on {label['runtime']}/{label['model']}: "
                               + "; ".join(group.problems))
+    from optimizers.protocol.aggregate import matched, transfer
+
+    # Partial cells take part from the seeds they have, as everywhere in the report.
+    data.matched = matched.matched_rows(groups, stats, aggregate.compare, replicates=replicates,
+                                        deployments=deployments)
+    data.transfer = transfer.transfer_matrix(groups, stats)
+    data.notes.extend(data.transfer["notes"])
     return data

@@ -110,6 +110,7 @@ def render_html(data: Any, images: dict[str, bytes], roots: Sequence[Path], *,
     """The page: a panel without an image in ``images`` has nothing to say and gets its one line."""
     from optimizers.protocol.report.idle import idle_reason
     from optimizers.protocol.report.job_links import jobs_table, seed_links, single_job_story
+    from optimizers.protocol.report.baseline_panels import STYLE as BASELINE_STYLE
     from optimizers.protocol.report.job_page import STYLE as JOB_STYLE
     from optimizers.protocol.report.plots import PANELS
 
@@ -118,7 +119,7 @@ def render_html(data: Any, images: dict[str, bytes], roots: Sequence[Path], *,
     warning = data.nonconformant_label
     parts = [
         "<!DOCTYPE html>", "<html lang=\"en\"><head><meta charset=\"utf-8\">",
-        "<title>lcb-grid comparison report</title>", f"<style>{_STYLE}{JOB_STYLE}</style></head><body>",
+        "<title>lcb-grid comparison report</title>", f"<style>{_STYLE}{JOB_STYLE}{BASELINE_STYLE}</style></head><body>",
         "<h1>lcb-grid: does optimization help the team?</h1>",
         f"<p class=\"caption\">{len(data.jobs)} job(s) in {len(data.cells)} cell(s) from "
         f"{escape(', '.join(str(r) for r in roots))}; generated {escape(time.strftime('%Y-%m-%d %H:%M:%S'))}.</p>",
@@ -144,6 +145,9 @@ def render_html(data: Any, images: dict[str, bytes], roots: Sequence[Path], *,
     from optimizers.protocol.report.trust_panels import html_sections
 
     parts.extend(html_sections(data, power_note=idle_reason("power", data)))
+    from optimizers.protocol.report import baseline_panels
+
+    parts.extend(baseline_panels.html_sections(data))
     for panel_id, panel in PANELS.items():
         head = f"<section id=\"panel-{panel_id}\" class=\"panel\"><h2>{escape(panel.title)}</h2>"
         if panel_id not in images:
@@ -190,10 +194,12 @@ def write_report(data: Any, out: Path, roots: Sequence[Path]) -> dict[str, Path]
         written[panel_id] = target
     stories, pages = write_pages(data, out, style=_STYLE)
     write_text_atomic(out / "report.html", render_html(data, images, roots, pages=pages, stories=stories))
+    from optimizers.protocol.report.baseline_panels import payload as baseline_payload
     from optimizers.protocol.report.trust_panels import payload as trust_payload
 
     payload = {"schema": SCHEMA, "roots": [str(r) for r in roots], "cells": summary_rows(data),
                "trust": trust_payload(data),
+               **baseline_payload(data),
                "nonconformant_jobs": data.nonconformant_jobs,
                "panels": {k: f"{k}.png" for k in images}, "idle_panels": idle,
                "job_pages": {str(folder): page for folder, page in pages.items()},
@@ -269,6 +275,8 @@ def build_parser() -> OneLineParser:
     parser.add_argument("--seeds", default=None,
                         help="the seeds a complete cell has (comma-separated; default: the grid's 0,1,2)")
     parser.add_argument("--bootstrap", type=int, default=2000, help="bootstrap replicates for the CIs (>= 100)")
+    parser.add_argument("--deployments", type=int, default=1000,
+                        help="deployments the optimization's tokens are amortised over (default 1000)")
     parser.add_argument("--wandb", action="store_true", help="also build a W&B Report (needs online W&B)")
     parser.add_argument("--project", default="lcb-grid", help="W&B project for --wandb")
     parser.add_argument("--entity", default=None, help="W&B entity for --wandb")
@@ -295,6 +303,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.bootstrap < 100:
         parser.error(f"--bootstrap must be >= 100, not {args.bootstrap}")
     seeds = _seeds(args.seeds, parser)
+    if args.deployments < 1:
+        parser.error(f"--deployments must be >= 1, not {args.deployments}")
     if args.out.exists() and not args.out.is_dir():
         parser.error(f"--out {args.out} exists and is not a folder")
     logging.basicConfig(level=logging.INFO, format="[report] %(message)s", stream=sys.stderr)
@@ -304,8 +314,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from optimizers.protocol.report.data import load
 
     data = load(args.roots, include_nonconformant=True if args.include_nonconformant else None,
-                replicates=args.bootstrap,
-                seeds=seeds)
+                replicates=args.bootstrap, seeds=seeds, deployments=args.deployments)
     if not data.jobs:
         nonconformant = sum(1 for s in data.skipped if "non-conformant" in s)
         hint = (f"; {nonconformant} non-conformant result(s) skipped (pass --include-nonconformant)"
