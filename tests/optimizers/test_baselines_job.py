@@ -69,3 +69,28 @@ def test_deploy_from_a_folder_without_a_finished_job_is_one_clear_error(tmp_path
     cfg = job_config(tmp_path / "t", server.base_url, deploy_from=tmp_path / "empty")
     with pytest.raises(JobError, match="no result.json"):
         run_job(cfg, fast_runtime())
+
+
+def test_the_job_page_shows_the_prompts_run_and_every_proposal_against_its_parent(tmp_path: Path,
+                                                                                   scripted_server) -> None:
+    import html
+
+    from optimizers.protocol.report.job_data import job_story
+    from optimizers.protocol.report.job_page import render_job_page
+
+    server = scripted_server()
+    searched = tmp_path / "searched"
+    run_job(job_config(searched, server.base_url, method="scripted_search", budget=12,
+                       method_params={"variants": 2}), fast_runtime())
+    page = render_job_page(job_story(searched), style="")
+    # Both proposals tie on train, the earlier is kept: the rejected one's text is still on the page.
+    assert html.escape("<<solve-all>> v1") in page and html.escape("<<solve-all>> v0") in page
+    assert page.count('<details class="cand-diff">') == 2
+    assert '<details class="ran-with">' in page and "the deployed prompts" in page
+    kept = tmp_path / "kept"
+    run_job(job_config(kept, server.base_url), fast_runtime())
+    story = job_story(kept)
+    page = render_job_page(story, style="")
+    assert story.kept_seed and "the seed prompts (1 field)" in page
+    seed_prompt = next(d.seed for d in story.diffs if d.kind == "role")
+    assert html.escape(seed_prompt) in page  # the unchanged seed prompt itself, folded

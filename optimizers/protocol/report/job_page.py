@@ -75,6 +75,10 @@ div.program p { margin: 0.8rem 0 0.2rem; font-size: 0.85rem; } div.program:targe
 table.verdicts th, table.cands th.l { text-align: left; }
 .idle-line { color: #555; font-style: italic; }
 svg.curve { border: 1px solid #eee; background: white; }
+pre.prompt { background: #f6f6f6; padding: 0.5rem; white-space: pre-wrap; font-size: 0.78rem; max-height: 24em;
+             overflow: auto; }
+details.cand-diff summary, details.ran-with summary { cursor: pointer; color: #1f4e8c; }
+details.cand-diff table.diff { min-width: 40rem; }
 """
 
 
@@ -179,7 +183,20 @@ def _changes(step: CandidateStep, short: Callable[[str | None], str]) -> str:
     against = "" if step.compared_with == step.parent else f" (against the seed {short(step.compared_with)})"
     if not step.changes:
         return "nothing" + against
-    return escape(", ".join(change.label for change in step.changes)) + against
+    return escape(", ".join(change.label for change in step.changes)) + against + _candidate_diff(step, short)
+
+
+def _candidate_diff(step: CandidateStep, short: Callable[[str | None], str]) -> str:
+    """The candidate's text against the one it changed (its parent, else the seed), folded: every
+    proposal's wording stays on the page, accepted or not."""
+    texts = [c for c in step.changes if c.kind in ("role", "protocol")]
+    if not texts:
+        return ""
+    base = "parent" if step.compared_with == step.parent else "seed"
+    left, right = f"{base} {short(step.compared_with)}", f"candidate {short(step.candidate_id)}"
+    blocks = "".join(f'<p class="field-name">{escape(c.kind)} {escape(c.name)}</p>'
+                     + side_by_side(c.before, c.after, left=left, right=right) for c in texts)
+    return f'<details class="cand-diff"><summary>diff against its {base}</summary>{blocks}</details>'
 
 
 def candidates_section(story: JobStory) -> str:
@@ -222,13 +239,27 @@ def diff_section(story: JobStory) -> str:
     if story.kept_seed:
         reason = explain_fallback(story.fallback_reason)
         return (head + f'<p class="unchanged"><strong>unchanged</strong>: the seed prompts were deployed '
-                f"({escape(reason)}).</p>" + _incumbent_note(story) + "</section>")
+                f"({escape(reason)}).</p>" + _incumbent_note(story) + _ran_with(story.diffs, seed=True)
+                + "</section>")
     blocks = [_field_block(d) for d in story.diffs if d.changed]
     same = [d for d in story.diffs if not d.changed]
     if same:
         blocks.append('<p class="unchanged">unchanged: ' + escape(", ".join(f"{d.kind} {d.name}" for d in same))
                       + "</p>")
-    return head + "".join(blocks) + "</section>"
+    return head + "".join(blocks) + _ran_with(story.diffs, seed=False) + "</section>"
+
+
+def _ran_with(diffs: Sequence[FieldDiff], *, seed: bool) -> str:
+    """The full prompts the deployed team ran with, folded (the seed's when nothing changed)."""
+    texts = [d for d in diffs if d.kind in ("role", "protocol")]
+    if not texts:
+        return ""
+    what = "the seed prompts" if seed else "the deployed prompts"
+    fields = "".join(f'<p class="field-name">{escape(d.kind)} {escape(d.name)}'
+                     f'{"" if seed or d.changed else " (as in the seed)"}</p><pre class="prompt">'
+                     f"{escape(d.deployed)}</pre>" for d in texts)
+    return (f'<details class="ran-with"><summary>The prompts the team ran with: {what} '
+            f"({len(texts)} field{'s' if len(texts) != 1 else ''})</summary>{fields}</details>")
 
 
 def _incumbent_note(story: JobStory) -> str:
