@@ -120,3 +120,21 @@ def decision_fields(source: TransferSource, seed: Candidate) -> dict[str, Any]:
     same = source.deployed == seed
     return {"selected_candidate": "seed" if same else "incumbent",
             "fallback_reason": "identical_candidate" if same else None}
+
+
+def finished_sources(root: Path) -> list[Path]:
+    """Every finished job folder under ``root`` whose prompts can be transferred: a sealed,
+    completed result that is neither a transfer job nor a matched-compute baseline (those have
+    no prompts of their own). Sorted, so a sweep's job numbers are stable."""
+    found = []
+    for path in sorted(Path(root).rglob("result.json")):
+        try:
+            result = read_sealed(path)
+        except (SealError, OSError, ValueError):
+            continue
+        if result.get("status") != "completed" or (result.get("cell") or {}).get("transfer_from"):
+            continue
+        if result.get("matched"):
+            continue
+        found.append(path.parent.resolve())
+    return found

@@ -496,6 +496,25 @@ def point_to_report(out: Path) -> None:
     sys.stderr.flush()
 
 
+def _finished_jobs(root: str) -> str:
+    """``${lcb_finished_jobs:ROOT}``: the finished jobs under ROOT as one sweep value list (the
+    lcb_transfer experiment sweeps ``deploy_from`` over them)."""
+    from optimizers.protocol.job.transfer import finished_sources
+    from optimizers.protocol.run.hydra_config import ConfigError
+
+    folders = finished_sources(Path(root))
+    if not folders:
+        raise ConfigError(f"no finished job to transfer under {root}")
+    return ",".join(str(folder) for folder in folders)
+
+
+def _register_resolvers() -> None:
+    from omegaconf import OmegaConf
+
+    if not OmegaConf.has_resolver("lcb_finished_jobs"):
+        OmegaConf.register_new_resolver("lcb_finished_jobs", _finished_jobs)
+
+
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
 def _app(cfg: Any) -> dict[str, Any]:
     return run_task(cfg)
@@ -509,6 +528,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         fail(str(exc))
     sys.argv = [sys.argv[0], *overrides]
     _install_error_reporter()
+    _register_resolvers()
     try:
         _app()
     except KeyboardInterrupt:

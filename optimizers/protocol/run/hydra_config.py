@@ -31,7 +31,8 @@ def to_container(cfg: Any) -> dict[str, Any]:
     from omegaconf.errors import InterpolationResolutionError, MissingMandatoryValue
 
     try:
-        data = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=True)
+        # A transfer job's seed comes from its source, so it may be left unset (???).
+        data = OmegaConf.to_container(cfg, resolve=True, throw_on_missing=not cfg.get("deploy_from"))
     except MissingMandatoryValue as exc:
         key = getattr(exc, "full_key", "") or "a value"
         raise ConfigError(f"{key} is required (e.g. {key}=... or --{key.replace('_', '-')} ...)") from None
@@ -57,6 +58,8 @@ def missing_required(cfg: Any) -> list[str]:
     """The flags of every required setting the composed config lacks (a group left null or ???)."""
     from omegaconf import OmegaConf
 
+    if cfg.get("deploy_from"):  # a transfer job takes method, team and seed from its source
+        return []
     return [flag for key, flag in REQUIRED
             if key not in cfg or OmegaConf.is_missing(cfg, key) or cfg.get(key) is None]
 
