@@ -1,6 +1,6 @@
 """The straightforward formulation of the surrogate's training: the executable spec.
 
-The torch-geometric network (``surrogate.network``) trained by torch autograd exactly as
+The torch-geometric network (``network.network``) trained by torch autograd exactly as
 upstream's ``train_with_early_stopping``: per epoch one forward pass over the disjoint union
 of the graphs (``GATv2Conv`` with its own self loops and scatter softmax), ``backward``, torch's
 Adam (L2 weight decay), ``ReduceLROnPlateau`` on the training loss, early stopping, the best
@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from optimizers.maspob.graph import TeamGraph
+from optimizers.maspob.network import network
 
 
 @contextlib.contextmanager
@@ -122,8 +123,6 @@ class AutogradFit:
 
 def fit(graph: TeamGraph, nodes: np.ndarray, targets: np.ndarray, settings: Any, *, seed: int,
         masks: Any = None) -> AutogradFit:
-    from optimizers.maspob.surrogate import network
-
     started = time.monotonic()
     s = settings
     with deterministic_cpu() as torch:

@@ -26,7 +26,7 @@ Dropout masks (encoder, attention, head) come from a numpy ``Generator`` seeded 
 seed (``DropoutMasks``): the same distribution as torch's dropout, a stream that both
 formulations can be handed, which is how ``tests/optimizers/test_maspob.py`` proves that the two
 give the same loss trajectory and predictions. Initial weights are drawn by the torch network
-itself (``surrogate.network``), so the initialization is exactly the reference's.
+itself (``network.network``), so the initialization is exactly the reference's.
 """
 
 from __future__ import annotations

@@ -30,15 +30,16 @@ process; the network is never saved (a resumed job retrains it).
 from __future__ import annotations
 
 import time
-import warnings
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from optimizers.maspob.graph import TeamGraph
+from optimizers.maspob.network import ENCODER_CAP, encoder_width, network
 
-ENCODER_CAP = 256  # upstream: the encoder's middle width is min(256, width // 8)
+__all__ = ["ENCODER_CAP", "FitReport", "GATv2Surrogate", "GNNSettings", "encoder_width", "initial_state", "network",
+           "train_rule"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,61 +65,12 @@ class FitReport:
     seconds: float
 
 
-def encoder_width(width: int) -> int:
-    return max(1, min(ENCODER_CAP, width // 8))
-
-
-def network(width: int, settings: GNNSettings) -> Any:
-    """A freshly initialized WorkflowGAT-shaped regressor for ``width``-d node features."""
-    import torch
-    from torch import nn
-
-    with warnings.catch_warnings():
-        # torch-geometric's import still calls torch.jit.script, which this torch deprecates.
-        warnings.filterwarnings("ignore", message="`torch.jit.script` is deprecated", category=DeprecationWarning)
-        from torch_geometric.nn import GATv2Conv, global_mean_pool
-
-    s = settings
-
-    def kaiming(layer: Any) -> Any:
-        nn.init.kaiming_normal_(layer.weight, mode="fan_in", nonlinearity="relu")
-        nn.init.zeros_(layer.bias)
-        return layer
-
-    class WorkflowGATv2(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            middle = encoder_width(width)
-            self.encoder = nn.Sequential(kaiming(nn.Linear(width, middle)), nn.ReLU(), nn.Dropout(s.dropout),
-                                         kaiming(nn.Linear(middle, s.hidden)), nn.ReLU())
-            convs = []
-            for i in range(s.layers):
-                concat = s.layers == 1 or i < s.layers - 1
-                convs.append(GATv2Conv(s.hidden if i == 0 else s.hidden * s.heads, s.hidden, heads=s.heads,
-                                       concat=concat, dropout=s.dropout, add_self_loops=True))
-            self.convs = nn.ModuleList(convs)
-            pooled = s.hidden * s.heads if s.layers == 1 else s.hidden
-            last = nn.Linear(s.hidden, 1)
-            nn.init.xavier_uniform_(last.weight)
-            nn.init.zeros_(last.bias)
-            self.head = nn.Sequential(kaiming(nn.Linear(pooled, s.hidden)), nn.ReLU(), nn.Dropout(s.dropout),
-                                      last, nn.Sigmoid())
-
-        def forward(self, x: Any, edge_index: Any, batch: Any, graphs: int) -> Any:
-            h = self.encoder(x)
-            for conv in self.convs:
-                h = torch.relu(conv(h, edge_index))
-            return self.head(global_mean_pool(h, batch, size=graphs)).squeeze(-1)
-
-    return WorkflowGATv2()
-
-
 class GATv2Surrogate:
     """fit(nodes, targets, seed) / predict(nodes) on batches of same-shaped team graphs.
 
     One GATv2 layer (the default) trains with the fast trainer (``fast_gat``); deeper networks
     with the straightforward autograd formulation (``autograd_training``). Both draw the
-    initial weights from this module's torch ``network`` under ``torch.manual_seed(seed)`` and
+    initial weights from the torch ``network.network`` under ``torch.manual_seed(seed)`` and
     the dropout masks from ``fast_gat.DropoutMasks(seed)``."""
 
     def __init__(self, graph: TeamGraph, settings: GNNSettings | None = None) -> None:
@@ -126,20 +78,27 @@ class GATv2Surrogate:
         self.settings = settings or GNNSettings()
         self._predict: Any = None
 
+    @property
+    def model_kind(self) -> str:
+        """Which trainer computes this network: ``fast`` (one GATv2 layer) or ``autograd``."""
+        return "fast" if self.settings.layers == 1 else "autograd"
+
     def fit(self, nodes: np.ndarray, targets: np.ndarray, *, seed: int) -> FitReport:
-        from optimizers.maspob import autograd_training, fast_gat
+        from optimizers.maspob.autograd_training import fit as autograd_fit
+        from optimizers.maspob.autograd_training import predict as autograd_predict
+        from optimizers.maspob.fast_gat import DropoutMasks, FastWorkflowGAT, predict, train
 
         started = time.monotonic()
         s = self.settings
-        masks = fast_gat.DropoutMasks(seed, s.dropout)
-        if s.layers != 1:
-            done = autograd_training.fit(self.graph, nodes, targets, s, seed=seed, masks=masks)
+        masks = DropoutMasks(seed, s.dropout)
+        if self.model_kind == "autograd":
+            done = autograd_fit(self.graph, nodes, targets, s, seed=seed, masks=masks)
             model = done.model
-            self._predict = lambda x: autograd_training.predict(model, self.graph, x)
+            self._predict = lambda x: autograd_predict(model, self.graph, x)
             return FitReport(epochs=done.epochs, loss=done.best_loss, seconds=time.monotonic() - started)
-        fast = fast_gat.FastWorkflowGAT(initial_state(nodes.shape[2], s, seed), self.graph, s.heads)
-        result = fast_gat.train(fast, nodes, targets, train_rule(s), masks)
-        self._predict = lambda x: fast_gat.predict(fast, x)
+        fast = FastWorkflowGAT(initial_state(nodes.shape[2], s, seed), self.graph, s.heads)
+        result = train(fast, nodes, targets, train_rule(s), masks)
+        self._predict = lambda x: predict(fast, x)
         return FitReport(epochs=result.epochs, loss=result.best_loss, seconds=time.monotonic() - started)
 
     def predict(self, nodes: np.ndarray) -> np.ndarray:

@@ -441,6 +441,21 @@ def test_fast_training_equals_the_straightforward_formulation(roles: tuple[str, 
 
 
 @needs_extra
+def test_a_deeper_network_trains_with_the_straightforward_formulation() -> None:
+    """The fast trainer covers the default single GATv2 layer; two layers train by autograd, with
+    the same seed and mask stream rules (deterministic)."""
+    from optimizers.maspob.surrogate import GATv2Surrogate, GNNSettings
+
+    graph = team_graph(["manager", "coder_worker", "tester_worker"])
+    train_x, train_y, test_x, _ = _planted_pool(20)
+    settings = GNNSettings(layers=2, max_epochs=20)
+    first, second = GATv2Surrogate(graph, settings), GATv2Surrogate(graph, settings)
+    assert first.fit(train_x, train_y, seed=3).epochs == second.fit(train_x, train_y, seed=3).epochs
+    assert np.array_equal(first.predict(test_x), second.predict(test_x))
+    assert first.model_kind == "autograd" and GATv2Surrogate(graph).model_kind == "fast"
+
+
+@needs_extra
 def test_the_fast_trainers_plateau_schedule_is_torchs() -> None:
     """ReduceLROnPlateau written out (relative threshold 1e-4, reduce after ``patience`` bad
     epochs, floor at min_lr), step for step against torch's on losses that hit each rule."""
