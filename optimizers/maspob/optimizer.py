@@ -156,7 +156,9 @@ class MASPOBOptimizer(Optimizer):
     # 2: the upstream WorkflowGAT surrogate (encoder MLP, attention dropout, ReLU, MLP head,
     # plateau schedule), sweeps continuing from the last pull, upstream styles and meta-prompt,
     # the probe that stops a model that cannot write variants, truncated last pull, incumbent commits.
-    version = "2"
+    # 3: the same surrogate trained by the fast trainer (dropout masks from a numpy stream instead
+    # of torch's, so fits differ draw by draw); the presets in the order the reference runs (listed).
+    version = "3"
 
     @classmethod
     def check_params(cls, params: Mapping[str, Any]) -> None:

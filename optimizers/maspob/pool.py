@@ -32,7 +32,7 @@ from typing import Any
 
 from optimizers.base import OptimizerInfrastructureError
 from optimizers.journal import content_hash, read_json, write_json_atomic
-from optimizers.maspob.styles import DIMENSIONS, LCB_PRIORITY, PRESETS, Style, style_sequence
+from optimizers.maspob.styles import DIMENSIONS, PRESETS, REFERENCE_PRIORITY, Style, style_sequence
 from optimizers.reflection import ReflectionModel
 
 POOL_FILE = "maspob_prompt_pool.json"
@@ -223,7 +223,7 @@ def pool_identity(*, model: str | None, seeds: Mapping[str, str], settings: Pool
         "reflection_model": model,
         "seeds": {role: hashlib.sha256(text.encode()).hexdigest() for role, text in sorted(seeds.items())},
         "template": content_hash({"template": TEMPLATE, "retry": RETRY_NOTE, "dimensions": DIMENSIONS,
-                                  "presets": PRESETS, "priority": LCB_PRIORITY}),
+                                  "presets": PRESETS, "priority": REFERENCE_PRIORITY}),
         "settings": {k: getattr(settings, k) for k in settings.__dataclass_fields__ if k != "concurrency"},
         "job_seed": job_seed,
         "team": team,
@@ -281,7 +281,7 @@ class _RoleFill:
 class PoolBuilder:
     """Generates (or reloads) the pool of one job.
 
-    Per role the styles come from ``style_sequence`` (LCB's preset styles, the other presets,
+    Per role the styles come from ``style_sequence`` (the presets in the order the reference runs,
     then random styles; one seeded stream over the roles in order). First every role tries its
     first ``probe_styles`` styles; if some role got no variant from them, the model cannot write
     variants here (it refuses, echoes the original or breaks the interface) and the build stops

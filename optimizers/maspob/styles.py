@@ -2,9 +2,16 @@
 
 Upstream (``scripts/prompts/prompt.py``) describes a style along ten dimensions with ten options
 each; a style is one option per dimension, written as one sentence per dimension. Ten named
-presets fix the option of every dimension; for code benchmarks upstream puts
-``CODE_RIGOROUS``, ``SYSTEMATIC`` and ``PATTERN_BASED`` first, then the remaining presets in their
-listed order, and after the presets every further style draws each dimension's option at random.
+presets fix the option of every dimension; a role's slots take the presets in their listed order,
+and after the presets every further style draws each dimension's option at random.
+
+Preset order: the reference (MAS-PromptBench) means to put ``CODE_RIGOROUS``, ``SYSTEMATIC``
+and ``PATTERN_BASED`` first for LiveCodeBench, but its lookup misses: its priority table
+(``native._PRIORITY_PRESETS``) is keyed ``"lcb"``, while the task name it passes is
+``GENERATION_TASK_NAMES["lcb"] == "livecodebench"`` (``regime.py``, used in ``integration.py``),
+so ``.get(dataset, [])`` finds nothing and every reference run uses the listed order. Upstream
+MASPOB itself only reorders for ``humaneval``/``mbpp``. We do what the reference runs:
+``REFERENCE_PRIORITY`` is empty; ``style_sequence(priority=...)`` still takes another order.
 The options below say what upstream's say, in our words, at the same positions, so a preset's
 index map means the same instructions.
 """
@@ -151,8 +158,10 @@ PRESETS: dict[str, tuple[int, ...]] = {
     "simplify-first": (7, 4, 5, 6, 7, 6, 7, 8, 3, 7),
     "visual-approach": (9, 7, 9, 9, 9, 9, 9, 9, 8, 8),
 }
-# Upstream's priority for code benchmarks (LiveCodeBench is one): these three presets first.
-LCB_PRIORITY: tuple[str, ...] = ("code-rigorous", "systematic", "pattern-based")
+# What the reference runs for LiveCodeBench: no priority (its "lcb" lookup misses; module docstring).
+REFERENCE_PRIORITY: tuple[str, ...] = ()
+# What it meant to run (upstream's code-benchmark priority); not used by default.
+CODE_PRIORITY: tuple[str, ...] = ("code-rigorous", "systematic", "pattern-based")
 RANDOM_PREFIX = "random"
 
 
@@ -166,13 +175,14 @@ class Style:
         return " ".join(options[i] for options, i in zip(DIMENSIONS.values(), self.choices, strict=True))
 
 
-def preset_order(priority: tuple[str, ...] = LCB_PRIORITY) -> list[str]:
+def preset_order(priority: tuple[str, ...] = REFERENCE_PRIORITY) -> list[str]:
     return [*priority, *(name for name in PRESETS if name not in priority)]
 
 
-def style_sequence(count: int, rng: random.Random, *, priority: tuple[str, ...] = LCB_PRIORITY,
+def style_sequence(count: int, rng: random.Random, *, priority: tuple[str, ...] = REFERENCE_PRIORITY,
                    presets: Mapping[str, tuple[int, ...]] = PRESETS) -> list[Style]:
-    """The styles of a role's slots 1..count: presets in priority order, then random styles."""
+    """The styles of a role's slots 1..count: the priority presets, the other presets in their
+    listed order, then random styles."""
     order = preset_order(priority)
     styles = [Style(name, tuple(presets[name])) for name in order[:count]]
     for n in range(len(styles), count):

@@ -121,7 +121,11 @@ def test_budget_below_one_validation_pass_ends_cleanly(method: str, tmp_path: Pa
         # As its reference, MASPOB spends what is left on a cut minibatch: one random warm-up pull of
         # 2 rows, whose combination is then its incumbent and goes to validation like any other.
         assert optimization["budget"]["charged"] == 2 and optimization["metadata"]["pulls"] == 1
-        return
+        # That incumbent is a pool variant, not the seed, so keep-or-reject really compares the two:
+        # on this world no variant helps, both score 0 on validation and the tie keeps the seed.
+        assert optimization["incumbent_candidate"]["id"] != optimization["seed_candidate"]["id"]
+        assert result["selection"]["fallback_reason"] == "validation_tie"
+        assert result["selection"]["incumbent_validation_score"] == result["selection"]["baseline_validation_score"]
     assert result["selection"]["selected_candidate"] == "seed"
 
 

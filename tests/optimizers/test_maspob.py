@@ -120,16 +120,16 @@ def _builder(tmp_path: Path, client: Any, settings: PoolSettings, model: str = "
 
 def test_pool_regenerates_broken_variants_drops_hopeless_ones_and_is_cached(tmp_path: Path) -> None:
     settings = PoolSettings(num_prompts=6, retry_feedback=True)
-    client = _StyleClient(breaks={"systematic"}, never={"pattern-based"}, echo={"code-rigorous"})
+    client = _StyleClient(breaks={"detailed-reasoning"}, never={"code-rigorous"}, echo={"concise-direct"})
     pool, reused = asyncio.run(_builder(tmp_path, client, settings).build({"manager": SEED_PROMPT}))
     assert not reused and pool.size("manager") == 6 and pool.prompts["manager"][0] == SEED_PROMPT
     styles = pool.styles["manager"]
-    # LCB's presets first, then the other presets in upstream's order
-    assert styles == ("seed", "code-rigorous", "systematic", "concise-direct", "detailed-reasoning", "verify-first")
-    assert "pattern-based" not in styles  # dropped after 3 attempts; later styles made it up
+    # The presets in upstream's listed order (what the reference runs for LCB)
+    assert styles == ("seed", "concise-direct", "detailed-reasoning", "systematic", "pattern-based", "verify-first")
+    assert "code-rigorous" not in styles  # dropped after 3 attempts; later styles made it up
     assert all("{problem}" in text for text in pool.prompts["manager"])
-    # The probe (the 3 LCB presets): code-rigorous and systematic twice (fixed when told why),
-    # pattern-based 3 times; then a wave of the 3 still missing, each right the first time.
+    # The probe (the first 3 presets): concise-direct and detailed-reasoning twice (fixed when told
+    # why), code-rigorous 3 times; then a wave of the 3 still missing, each right the first time.
     assert client.calls == 2 + 2 + 3 + 3 and pool.usage["calls"] == client.calls
     assert "&#39;" not in pool.prompts["manager"][1]
     again = _StyleClient()
@@ -142,21 +142,28 @@ def test_pool_regenerates_broken_variants_drops_hopeless_ones_and_is_cached(tmp_
 
 def test_an_incomplete_pool_is_a_clear_error(tmp_path: Path) -> None:
     settings = PoolSettings(num_prompts=4, overgeneration=1.0, attempts=1, probe_styles=0)
-    client = _StyleClient(never={"systematic"})
-    with pytest.raises(IncompletePool, match=r"role manager has 3 of 4 prompts after 3 styles .*systematic"):
+    client = _StyleClient(never={"detailed-reasoning"})
+    with pytest.raises(IncompletePool, match=r"role manager has 3 of 4 prompts after 3 styles .*detailed-reasoning"):
         asyncio.run(_builder(tmp_path, client, settings).build({"manager": SEED_PROMPT}))
     assert not (tmp_path / POOL_FILE).exists()
 
 
-def test_styles_are_upstreams_presets_in_lcb_order_then_random_ones() -> None:
+def test_styles_are_upstreams_presets_in_the_order_the_reference_runs_then_random_ones() -> None:
+    """The reference means to put the code presets first for LCB, but its priority lookup misses
+    (keyed "lcb", asked for "livecodebench"), so it runs upstream's listed order; so do we, by
+    default (``REFERENCE_PRIORITY``)."""
+    from optimizers.maspob.styles import CODE_PRIORITY, REFERENCE_PRIORITY, preset_order
+
     assert len(DIMENSIONS) == 10 and all(len(options) == 10 for options in DIMENSIONS.values())
     assert len(PRESETS) == 10 and all(len(c) == 10 and max(c) < 10 for c in PRESETS.values())
     styles = style_sequence(13, random.Random(5))
     assert [s.name for s in styles] == [
-        "code-rigorous", "systematic", "pattern-based",  # upstream's priority for code benchmarks
-        "concise-direct", "detailed-reasoning", "verify-first", "quick-concise", "comprehensive",
-        "simplify-first", "visual-approach", "random-1", "random-2", "random-3"]
-    rigorous = styles[0].text  # upstream CODE_RIGOROUS: options 1,3,3,4,3,5,1,5,2,6 of the ten dimensions
+        "concise-direct", "detailed-reasoning", "code-rigorous", "systematic", "pattern-based",  # upstream's
+        "verify-first", "quick-concise", "comprehensive", "simplify-first", "visual-approach",  # QUALITY_PRESETS
+        "random-1", "random-2", "random-3"]
+    assert REFERENCE_PRIORITY == () and preset_order() == list(PRESETS)
+    assert preset_order(CODE_PRIORITY)[:4] == ["code-rigorous", "systematic", "pattern-based", "concise-direct"]
+    rigorous = styles[2].text  # upstream CODE_RIGOROUS: options 1,3,3,4,3,5,1,5,2,6 of the ten dimensions
     assert rigorous.startswith("Take the problem apart in an orderly way. State the answer plainly and briefly. "
                                "Look for edge cases and special conditions.")
     assert rigorous.endswith("Recall similar problems you have solved. Show the key steps only.")
@@ -189,7 +196,7 @@ def test_the_meta_prompt_carries_goal_protocol_style_interface_and_structure_rul
     assert "Goal: reach the same objective as the original instruction below. " + PROTOCOLS["star"] in prompt
     assert "Demand exactly the same final output format as the original." in prompt
     assert f"BEGIN PROMPT\n{SEED_PROMPT}\nEND PROMPT" in prompt
-    assert "Style to follow (code-rigorous):\n" + style_sequence(1, random.Random(0))[0].text in prompt
+    assert "Style to follow (concise-direct):\n" + style_sequence(1, random.Random(0))[0].text in prompt
     assert "- placeholders: {problem}" in prompt and "- delegates: delegate_to_coder_worker" in prompt
     assert "Vary the structure" in prompt and "Reply with the new instruction only" in prompt
 
@@ -400,6 +407,75 @@ def test_gatv2_learns_a_planted_pool_and_is_deterministic() -> None:
 
 
 @needs_extra
+@pytest.mark.parametrize("roles", [("manager", "coder_worker", "tester_worker"), ("coder", "debugger"), ("solo",),
+                                   ("alpha", "beta")])
+def test_fast_training_equals_the_straightforward_formulation(roles: tuple[str, ...]) -> None:
+    """The fast trainer (numpy, distinct-node first layer, node-major union batch, hand-written
+    gradients, flat Adam) against the straightforward one (the torch-geometric network trained by
+    autograd, torch's Adam and ReduceLROnPlateau), both from the same seed and handed the same
+    dropout-mask stream: the same loss every epoch, the same stop, the same predictions, within
+    float32 rounding. Star, chain, single node and isolated nodes; repeated nodes, as in a pool."""
+    from optimizers.maspob import autograd_training, fast_gat
+    from optimizers.maspob.surrogate import GNNSettings, initial_state, train_rule
+
+    graph = team_graph(roles)
+    rng = np.random.default_rng(len(roles))
+    pool = rng.normal(size=(graph.nodes, 4, 384))
+    pool /= np.linalg.norm(pool, axis=2, keepdims=True)
+    combos = [tuple(int(i) for i in rng.integers(0, 4, size=graph.nodes)) for _ in range(9)]
+    nodes = np.stack([np.stack([pool[r][i] for r, i in enumerate(c)]) for c in combos])
+    targets = rng.uniform(0, 1, size=len(combos))
+    # Short patience and plateau so that the schedule and the early stop are exercised too.
+    settings = GNNSettings(max_epochs=120, patience=25, plateau_patience=5)
+    slow = autograd_training.fit(graph, nodes, targets, settings, seed=11,
+                                 masks=fast_gat.DropoutMasks(11, settings.dropout))
+    model = fast_gat.FastWorkflowGAT(initial_state(384, settings, 11), graph, settings.heads)
+    fast = fast_gat.train(model, nodes, targets, train_rule(settings), fast_gat.DropoutMasks(11, settings.dropout))
+    assert fast.epochs == slow.epochs and len(fast.losses) == len(slow.losses) >= 30
+    np.testing.assert_allclose(fast.losses, slow.losses, rtol=1e-4, atol=1e-6)
+    assert len(set(np.round(fast.losses, 4))) > 10  # it trains: the loss moves
+    test = np.stack([np.stack([pool[r][(i + 1) % 4] for r, i in enumerate(c)]) for c in combos])
+    for x in (nodes, test):
+        np.testing.assert_allclose(fast_gat.predict(model, x), autograd_training.predict(slow.model, graph, x),
+                                   rtol=1e-4, atol=1e-5)
+
+
+@needs_extra
+def test_a_deeper_network_trains_with_the_straightforward_formulation() -> None:
+    """The fast trainer covers the default single GATv2 layer; two layers train by autograd, with
+    the same seed and mask stream rules (deterministic)."""
+    from optimizers.maspob.surrogate import GATv2Surrogate, GNNSettings
+
+    graph = team_graph(["manager", "coder_worker", "tester_worker"])
+    train_x, train_y, test_x, _ = _planted_pool(20)
+    settings = GNNSettings(layers=2, max_epochs=20)
+    first, second = GATv2Surrogate(graph, settings), GATv2Surrogate(graph, settings)
+    assert first.fit(train_x, train_y, seed=3).epochs == second.fit(train_x, train_y, seed=3).epochs
+    assert np.array_equal(first.predict(test_x), second.predict(test_x))
+    assert first.model_kind == "autograd" and GATv2Surrogate(graph).model_kind == "fast"
+
+
+@needs_extra
+def test_the_fast_trainers_plateau_schedule_is_torchs() -> None:
+    """ReduceLROnPlateau written out (relative threshold 1e-4, reduce after ``patience`` bad
+    epochs, floor at min_lr), step for step against torch's on losses that hit each rule."""
+    import torch
+
+    from optimizers.maspob.fast_gat import Plateau
+
+    losses = [1.0, 0.99995, 0.99995, 0.99995, 0.5, 0.5, 0.49, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5]
+    ours = Plateau(1.0, factor=0.5, patience=2, min_lr=0.3)
+    optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0)
+    theirs = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, mode="min", factor=0.5, patience=2, min_lr=0.3)
+    mine, torchs = [], []
+    for loss in losses:
+        mine.append(ours.step(loss))
+        theirs.step(loss)
+        torchs.append(optimizer.param_groups[0]["lr"])
+    assert mine == torchs and mine[3] == 0.5 and mine[-1] == 0.3  # 0.99995 is no better than 1.0 by 1e-4
+
+
+@needs_extra
 def test_gatv2_has_the_upstream_workflow_gat_layers() -> None:
     """Upstream WorkflowGAT with MASPOB's settings (hidden 32, one GATv2 layer of 4 heads,
     dropout 0.05) on 384-d MiniLM embeddings: encoder 384 -> 48 -> 32 (ReLU, dropout between),
@@ -535,18 +611,18 @@ def test_trace_of_a_centralized_job_step_by_step(tmp_path: Path) -> None:
         ("warmup", (7, 4), (f"{tt}#1", f"{lc}#1", f"{js}#2", f"{tt}#2", f"{mi}#2"), 15, 0.0, None),
         ("warmup", (3, 17), (f"{cp}#2", f"{ts}#2", f"{lc}#2", f"{cp}#3", f"{ts}#3"), 20, 0.0, None),
         ("warmup", (2, 18), (f"{lc}#3", f"{mi}#3", f"{js}#3", f"{tt}#3", f"{ts}#4"), 25, 0.0, True),
-        ("linucb", (15, 13), (f"{tt}#4", f"{js}#4", f"{mi}#4", f"{cp}#4", f"{lc}#4"), 30, 1.0, True),
-        ("linucb", (13, 13), (f"{cp}#5", f"{tt}#5", f"{lc}#5", f"{mi}#5", f"{ts}#5"), 35, 0.0, False),
-        ("linucb", (15, 15), (f"{js}#5", f"{cp}#6", f"{mi}#6", f"{lc}#6", f"{ts}#6"), 40, 1.0, True),
-        ("linucb", (15, 14), (f"{js}#6", f"{tt}#6"), 42, 1.0, True),
+        ("linucb", (15, 10), (f"{tt}#4", f"{js}#4", f"{mi}#4", f"{cp}#4", f"{lc}#4"), 30, 1.0, True),
+        ("linucb", (10, 10), (f"{cp}#5", f"{tt}#5", f"{lc}#5", f"{mi}#5", f"{ts}#5"), 35, 0.0, False),
+        ("linucb", (15, 13), (f"{js}#5", f"{cp}#6", f"{mi}#6", f"{lc}#6", f"{ts}#6"), 40, 1.0, True),
+        ("linucb", (15, 6), (f"{js}#6", f"{tt}#6"), 42, 1.0, False),
     ]
     # Each sweep after the first starts from the last pull: its first step (the manager) is
     # chosen with the coder of the previous pull fixed.
     sweeps = [r["sweep"] for r in optimization["history"] if r["event"] == "linucb"]
-    assert [[step["chosen"] for step in sweep] for sweep in sweeps] == [[15, 13], [13, 13], [15, 15], [15, 14]]
+    assert [[step["chosen"] for step in sweep] for sweep in sweeps] == [[15, 10], [10, 10], [15, 13], [15, 6]]
     assert optimization["budget"]["charged"] == 42 and optimization["stop_reason"] == "rollout_budget_spent"
     metadata = optimization["metadata"]
-    assert metadata["incumbent_combination"] == {"manager": 15, "coder_worker": 14}
+    assert metadata["incumbent_combination"] == {"manager": 15, "coder_worker": 10}
     assert metadata["pool_size"] == 40 and metadata["surrogate_fits"] == 5  # after the warm-up and each LinUCB pull
     # The learning curve: a commit whenever the incumbent (combination or posterior mean) changed.
     curve = [json.loads(line) for line in (out / "optimization" / "learning_curve.jsonl").read_text().splitlines()]
