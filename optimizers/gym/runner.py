@@ -106,9 +106,25 @@ class GymJob:
                 "params": dict(self.params), "knobs": dict(self.knobs)}
 
 
-def world_digest(job: GymJob) -> str:
+def canonical(value: Any) -> Any:
+    """A process-independent form of a world (a frozenset's order follows the string hash seed,
+    so its repr differs between processes)."""
+    import dataclasses
+
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: canonical(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, (frozenset, set)):
+        return sorted(canonical(v) for v in value)
+    if isinstance(value, Mapping):
+        return {str(k): canonical(v) for k, v in sorted(value.items())}
+    if isinstance(value, (list, tuple)):
+        return [canonical(v) for v in value]
+    return value
+
+
+def world_digest(job: GymJob, world: World | None = None) -> str:
     """Changes whenever the world's table or knobs change, so stale results are not reused."""
-    return short_hash(repr(make_world(job.world, dict(job.knobs))))
+    return short_hash(canonical(world or make_world(job.world, dict(job.knobs))))
 
 
 def method_version(row: str) -> str:
@@ -155,8 +171,9 @@ def anytime(curve: list[tuple[int, float]], budget: int, points: int = 24) -> li
     return out
 
 
-async def optimize(job: GymJob, workdir: Path) -> dict[str, Any]:
-    world = make_world(job.world, dict(job.knobs))
+async def optimize(job: GymJob, workdir: Path, world: World | None = None) -> dict[str, Any]:
+    """Run ``job`` (on ``world`` instead of the named one when given: a hand-built world)."""
+    world = world or make_world(job.world, dict(job.knobs))
     seed, spec, roster = seed_candidate(world)
     system = GymSystem(world, spec, roster)
     if system.configuration(seed) != world.seed_configuration():
@@ -207,7 +224,7 @@ async def optimize(job: GymJob, workdir: Path) -> dict[str, Any]:
         **job.to_dict(),
         "method_params": params,
         "method_version": method_version(job.method),
-        "world_digest": world_digest(job),
+        "world_digest": world_digest(job, world),
         "world_topology": world.topology,
         "status": status,
         "error": error,
@@ -237,20 +254,20 @@ async def optimize(job: GymJob, workdir: Path) -> dict[str, Any]:
     }
 
 
-def run_job(job: GymJob, out: Path, *, keep_journals: bool = False) -> dict[str, Any]:
+def run_job(job: GymJob, out: Path, *, keep_journals: bool = False, world: World | None = None) -> dict[str, Any]:
     """Run ``job`` unless its result exists (same method version and world); returns the result."""
     directory = job.directory(out)
     result_path = directory / RESULT_NAME
     if result_path.exists():
         existing = read_json(result_path)
-        current = (GYM_SCHEMA, method_version(job.method), world_digest(job))
+        current = (GYM_SCHEMA, method_version(job.method), world_digest(job, world))
         if (existing.get("schema"), existing.get("method_version"), existing.get("world_digest")) == current:
             return {**existing, "skipped": True}
     if directory.exists():  # an unfinished (killed) or outdated job: start it afresh
         shutil.rmtree(directory)
     directory.mkdir(parents=True)
     started = time.monotonic()
-    result = asyncio.run(optimize(job, directory))
+    result = asyncio.run(optimize(job, directory, world))
     result["wall_s"] = round(time.monotonic() - started, 3)
     if not keep_journals:
         for name in ("optimization", "native"):
