@@ -29,33 +29,12 @@ from typing import Any
 
 from optimizers.evaluator import Rollout
 from optimizers.gepa.adapter import LcbGEPAAdapter, NoUsableProposal, ask_for_proposal
-from optimizers.reflection import ReflectionModel, agents_in_trace, outcome_line, team_description
-from topologies.types import TRUNCATED
+from optimizers.reflection import ReflectionModel, agents_in_trace, outcome_line, team_description, team_trajectory
 
 BEGIN = "BEGIN_PROMPT"
 END = "END_PROMPT"
 _FENCED = re.compile(r"```[^\n]*\n(.*?)```", re.DOTALL)
 _MARKED = re.compile(rf"^[ \t]*{BEGIN}[ \t]*\n(.*?)\n[ \t]*{END}[ \t]*$", re.DOTALL | re.MULTILINE)
-
-
-def tagged_message(message: Mapping[str, Any]) -> dict[str, Any]:
-    """One message of a trajectory as the reflection model reads it: who sent it (role prompt and
-    agent), what kind it is and its whole content (tool calls and a cut-off flag when present)."""
-    out: dict[str, Any] = {"source": str(message.get("source", "")), "kind": str(message.get("kind", ""))}
-    if message.get("agent") and message.get("agent") != message.get("source"):
-        out["agent"] = str(message["agent"])
-    out["content"] = str(message.get("content", "") or "")
-    if message.get("tool_calls"):
-        out["tool_calls"] = message["tool_calls"]
-    if message.get("finish_reason") == TRUNCATED:
-        out["cut_at_token_limit"] = True
-    return out
-
-
-def team_trajectory(trace: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Every message the team saw or wrote, in order, whole; system messages (the candidate's
-    own prompts, which the proposal prompt already shows) are left out."""
-    return [tagged_message(m) for m in trace if m.get("kind") != "system"]
 
 
 def task_of(trace: Sequence[Mapping[str, Any]]) -> str:
