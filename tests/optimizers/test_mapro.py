@@ -340,7 +340,7 @@ def _cut_world() -> Any:
 
 def test_mapro_uses_cut_probe_and_judge_replies(tmp_path: Path) -> None:
     from optimizers.protocol.grid.config import ModelSpec
-    from optimizers.surfaces import MAPRO_JUDGE_SYSTEM, identify
+    from optimizers.surfaces import MAPRO_BLAME_SYSTEM, MAPRO_JUDGE_SYSTEM, MAPRO_REWRITER_SYSTEM, identify
 
     server = _cut_world()
     try:
@@ -371,6 +371,13 @@ def test_mapro_uses_cut_probe_and_judge_replies(tmp_path: Path) -> None:
         kind = ("judge" if task == ("mapro", "judge") else "probe" if user.startswith("TASK:\n") else
                 "reflection" if task is not None else "team")
         assert kind != "judge" or system == MAPRO_JUDGE_SYSTEM  # the reference's own judge system text
+        limit = request.body.get("max_completion_tokens", request.body.get("max_tokens"))
+        if kind == "reflection":  # the rewriter and blame pass send the reference's own system texts
+            assert system == {"pool": MAPRO_REWRITER_SYSTEM, "mutate": MAPRO_REWRITER_SYSTEM,
+                              "blame": MAPRO_BLAME_SYSTEM}[task[1]]
+        # The reference's token limits: an 8-token judge, a 768-token probe (config/default).
+        assert kind != "judge" or limit == 8
+        assert kind != "probe" or limit == 768
         if kind in surfaces:
             surfaces[kind].append((request.body.get("chat_template_kwargs"), request.body.get("top_p"),
                                    request.body.get("temperature")))
