@@ -71,8 +71,10 @@ def identify(system: str, prompt: str) -> tuple[str, str] | None:
     """(method, purpose) of an optimizer request, from its system text and prompt; None for
     anything else (a team agent's turn, a probe that runs a candidate prompt)."""
     system = system.strip()
-    if REFLECTION_SYSTEM in system or JUDGE_SYSTEM in system:
-        tag = _TASK_TAG.search(system)
+    tag = _TASK_TAG.search(system)
+    if JUDGE_SYSTEM in system:  # the generic judge system prompt is only ever sent to judge
+        return (tag.group(1), tag.group(2)) if tag else ("", "judge")
+    if REFLECTION_SYSTEM in system:
         return (tag.group(1), tag.group(2)) if tag else None
     for surface in SURFACES:
         if surface.system == system and (surface.phrase is None or surface.phrase in prompt):

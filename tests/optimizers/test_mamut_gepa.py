@@ -4,7 +4,6 @@ no-op rule and its incumbent rule."""
 from __future__ import annotations
 
 import json
-import os
 import re
 from pathlib import Path
 from typing import Any
@@ -374,18 +373,15 @@ def test_the_cap_counts_charged_rollouts_and_refuses_a_batch_that_would_cross_it
         calls.admit(3, new_rollouts=0)  # ... and then a batch of cache hits alone crosses the cap
 
 
-OLD_GEPA = os.environ.get("LCB_GRID_OLD_GEPA_DIR")  # a folder with gepa==0.0.27 (pip install --target DIR)
-
-
-@pytest.mark.skipif(not OLD_GEPA, reason="set LCB_GRID_OLD_GEPA_DIR to a folder holding gepa==0.0.27")
-def test_the_reference_engine_version_takes_the_same_steps() -> None:
-    # Item 10: the reference pins gepa 0.0.27; ours (pyproject) must make the same proposals,
-    # acceptances, charges and stop on the scripted world (benchmarks/gepa_engine_versions.py).
+def test_the_reference_engine_version_takes_the_same_steps(old_gepa_dir: Path) -> None:
+    # Item 10 (issue 21): the reference pins gepa 0.0.27; ours (pyproject) must make the same
+    # proposals, acceptances, charges and stop on the scripted world (benchmarks/gepa_engine_versions.py).
+    # The old engine comes from the package registry, hash-pinned (requirements-gepa-old.txt).
     import subprocess
     import sys
 
     script = Path(__file__).resolve().parents[2] / "benchmarks" / "gepa_engine_versions.py"
-    done = subprocess.run([sys.executable, str(script), "--old-gepa", str(OLD_GEPA), "--scenarios",
+    done = subprocess.run([sys.executable, str(script), "--old-gepa", str(old_gepa_dir), "--scenarios",
                            "mamut_single_useful,mamut_centralized_useful_cap,mamut_single_echo,mamut_single_silent"],
                           capture_output=True, text=True, timeout=1200, check=False)
     lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
