@@ -32,6 +32,14 @@ def test_self_consistency_matches_the_team_tokens_within_one_sample(tmp_path: Pa
     test = read_sealed(out / "test.json")
     assert test["baseline_scores"] == result["test"]["baseline_scores"]
     assert all(len(p["vote"]["groups"]) >= 1 for p in test["matched"]["problems"])
+    # The single agent's samples are drawn at the replica teams' temperature floor (0.7), not
+    # the optimize phase's 0.2: the vote gets the diversity the independent team's vote gets.
+    from optimizers.protocol.job.matched_test import single_agent_spec
+
+    single_prompt = next(iter(single_agent_spec(cfg).roles.values())).splitlines()[0]
+    single = [r for r in server.requests if single_prompt in str((r.messages or [{}])[0].get("content", ""))]
+    assert cfg.optimize_decoding.temperature == 0.2 and matched["sample_temperature"] == 0.7
+    assert len(single) >= len(samples) and {r.body.get("temperature") for r in single} == {0.7}
     # Resuming a finished job asks the model nothing.
     requests = server.request_count
     assert run_job(cfg, fast_runtime()) == result and server.request_count == requests
