@@ -71,6 +71,12 @@ def test_a_transfer_job_has_its_own_identity_and_never_optimizes(tmp_path: Path,
     # Same model, same seed, same problems: the same shared evaluations, so the same Δ.
     assert result["test"]["delta_pp"] == source["test"]["delta_pp"]
     del requests
+    # Other problems (or scoring) than the source's: refused before anything runs.
+    other = job_config(tmp_path / "other", server.base_url, method="scripted_search", budget=12,
+                       deploy_from=source_dir, optimize_max_tests=2)
+    with pytest.raises(JobError, match=r"other problems or rules \(optimize_max_tests: source 3, here 2\)"):
+        run_job(other, fast_runtime())
+    assert not (tmp_path / "other" / "result.json").exists()
 
 
 def test_deploy_from_a_folder_without_a_finished_job_is_one_clear_error(tmp_path: Path, scripted_server) -> None:

@@ -65,6 +65,7 @@ class TestOnlyJob(Job):
             if self.rule:
                 raise transfer.JobError("--deploy-from: a matched-compute baseline has no prompts to transfer")
             transfer.check_compatible(self.source, self.base_spec, cfg.method)
+            transfer.check_same_problems(self.source, self.identity.spec)
 
     def _connect_models(self) -> None:
         if self.cfg.phase == "all" and self.store.read("result") is not None:
