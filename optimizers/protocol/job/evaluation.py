@@ -29,6 +29,11 @@ SCHEMA = "lcb-grid-evaluation/v1"
 ProgressFactory = Callable[[str, int], Any]  # (description, total) -> object with update(n) and close()
 
 
+def usable_scores(rollouts: Sequence[Rollout]) -> list[float | None]:
+    """Per-problem scores as records store them: None where the rollout was not usable."""
+    return [r.score if r.usable else None for r in rollouts]
+
+
 @dataclass(frozen=True, slots=True)
 class Evaluation:
     evaluation_id: str
