@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from optimizers.protocol.aggregate import passk
+from lcb import passk
 
 
 def brute_force(samples: list[int], k: int) -> float:
