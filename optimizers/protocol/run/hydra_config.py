@@ -283,9 +283,15 @@ def job_config_from_dict(raw: Mapping[str, Any]) -> JobConfig:
     # come from the source's job.json; this config contributes the model (and how to run).
     source = _source_spec(deploy_from) if deploy_from is not None else None
     if source is not None:
+        _refuse_other_method_or_seed(raw, source, deploy_from)
         method = {"name": source["method"], **(source.get("method_params") or {})}
-        topology, team_size = str(source["topology"]), int(source["team_size"])
-        rounds, max_turns = int(source["rounds"]), int(source["max_turns"])
+        if isinstance(raw.get("topology"), Mapping):
+            # This job's topology when one is given (the source's prompts must fit its roles;
+            # the job refuses them in one line when they do not), else the source's.
+            topology, team_size, rounds, max_turns = _topology(raw)
+        else:
+            topology, team_size = str(source["topology"]), int(source["team_size"])
+            rounds, max_turns = int(source["rounds"]), int(source["max_turns"])
         communication = str(source["communication"])
     else:
         method = _group(raw, "method")
@@ -393,6 +399,20 @@ def job_config_from_dict(raw: Mapping[str, Any]) -> JobConfig:
         verbose=_bool(raw.get("verbose", False), "verbose"),
         log_level=log_level,
     )
+
+
+def _refuse_other_method_or_seed(raw: Mapping[str, Any], source: Mapping[str, Any], folder: Path) -> None:
+    """A transfer job tests the source's prompts with the source's method record and seed (the
+    pairing is on the same problems and seeds): a different --method or --seed is a mistake."""
+    method = raw.get("method")
+    name = method.get("name") if isinstance(method, Mapping) else None
+    if name is not None and name != source["method"]:
+        raise ConfigError(f"deploy_from {folder}: the source job ran {source['method']}, not {name} "
+                          "(leave --method out: a transfer job takes the source's)")
+    seed = raw.get("seed")
+    if isinstance(seed, int) and not isinstance(seed, bool) and seed != int(source["seed"]):
+        raise ConfigError(f"deploy_from {folder}: the source job ran seed {source['seed']}, not {seed} "
+                          "(leave --seed out: a transfer job is paired on the source's seed)")
 
 
 def _source_spec(folder: Path) -> Mapping[str, Any]:
