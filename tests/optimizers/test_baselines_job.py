@@ -53,6 +53,21 @@ def test_a_fixed_n_is_used_as_given(tmp_path: Path, scripted_server) -> None:
     assert result["matched"]["n"] == 3 and result["matched"]["selection_rule"] == "examples"
 
 
+def test_a_baseline_refuses_several_test_samples(tmp_path: Path, scripted_server) -> None:
+    from dataclasses import replace
+
+    from optimizers.protocol.grid.config import TestDesign
+
+    server = scripted_server()
+    cfg = job_config(tmp_path / "sc", server.base_url, method="self_consistency",
+                     method_params={"match": "fixed", "n": 2, "max_n": 64},
+                     test=TestDesign(samples=2, temperature=0.2))
+    cfg = replace(cfg, eval_decoding=replace(cfg.eval_decoding, temperature=0.2))
+    with pytest.raises(JobError, match="test.samples=2 is not supported"):
+        run_job(cfg, fast_runtime())
+    assert server.request_count == 0
+
+
 def test_a_transfer_job_has_its_own_identity_and_never_optimizes(tmp_path: Path, scripted_server) -> None:
     server = scripted_server()
     source_dir = tmp_path / "source"

@@ -82,12 +82,14 @@ def load_source(folder: Path) -> TransferSource:
 
 # What fixes the test problems and how they are scored: a transfer job must share them with its
 # source, or its delta and the source's own are not measured on the same problems.
-SAME_PROBLEMS = ("dataset", "data", "release", "split_hash", "selection", "optimize_max_tests", "eval_decoding")
+# ("test": the test design, absent for the default one.)
+SAME_PROBLEMS = ("dataset", "data", "release", "split_hash", "selection", "optimize_max_tests", "eval_decoding",
+                 "test")
 
 
 def check_same_problems(source: TransferSource, spec: Mapping[str, Any]) -> None:
     """``JobError`` in one line when this job would test other problems (or score them otherwise)."""
-    differ = [key for key in SAME_PROBLEMS if key in source.spec and source.spec.get(key) != spec.get(key)]
+    differ = [key for key in SAME_PROBLEMS if source.spec.get(key) != spec.get(key)]
     if differ:
         shown = "; ".join(f"{key}: source {source.spec.get(key)!r}, here {spec.get(key)!r}" for key in differ)
         raise JobError(f"--deploy-from {source.folder}: the source job ran on other problems or rules ({shown}); "
