@@ -11,3 +11,4 @@ from optimizers.registry import register_optimizer
 @register_optimizer("best_of_n")
 class BestOfNBaseline(MatchedSingleAgent):
     selection_rule = "examples"
+    version = "2"  # 2: the examples are checked through the agents' python_exec tool, not the judge

@@ -24,6 +24,8 @@ def test_self_consistency_matches_the_team_tokens_within_one_sample(tmp_path: Pa
     team, sample, n = (matched["team_tokens_per_problem"], matched["sample_tokens_per_problem"], matched["n"])
     assert team > 1.5 * sample  # the team costs more than one sample: N > 1 is needed and chosen
     assert n > 1 and abs(n * sample - team) <= sample
+    # What the N samples really spent, not only N x the first samples' mean: within one sample too.
+    assert abs(matched["single_tokens_per_problem"] - team) <= sample
     samples = list(read_jsonl(out / "baseline" / "samples.jsonl"))
     assert len(samples) == n * len(result["test"]["example_ids"])
     # The team arm is the shared seed evaluation; the single arm scored what the vote chose.
@@ -94,3 +96,28 @@ def test_the_job_page_shows_the_prompts_run_and_every_proposal_against_its_paren
     assert story.kept_seed and "the seed prompts (1 field)" in page
     seed_prompt = next(d.seed for d in story.diffs if d.kind == "role")
     assert html.escape(seed_prompt) in page  # the unchanged seed prompt itself, folded
+
+
+def test_test_only_job_pages_say_what_was_tested(tmp_path: Path, scripted_server) -> None:
+    import html
+
+    from optimizers.protocol.report.job_data import job_story
+    from optimizers.protocol.report.job_page import render_job_page
+
+    server = scripted_server()
+    baseline = tmp_path / "bon"
+    run_job(job_config(baseline, server.base_url, method="best_of_n",
+                       method_params={"match": "fixed", "n": 2, "max_n": 64}), fast_runtime())
+    page = html.unescape(render_job_page(job_story(baseline), style=""))
+    assert "Matched-compute baseline" in page and "sampled N = 2 times" in page
+    assert "python_exec checks" in page
+    source_dir = tmp_path / "source"
+    source = run_job(job_config(source_dir, server.base_url, method="scripted_search", budget=12), fast_runtime())
+    target = tmp_path / "target"
+    run_job(job_config(target, server.base_url, method="scripted_search", budget=12, deploy_from=source_dir),
+            fast_runtime())
+    page = html.unescape(render_job_page(job_story(target), style=""))
+    assert "Transfer job" in page and source["job_id"] in page and str(source_dir.resolve()) in page
+    assert "(tuned on scripted--team-model)" in page
+    plain = html.unescape(render_job_page(job_story(source_dir), style=""))
+    assert "Transfer job" not in plain and "Matched-compute baseline" not in plain and "tuned on" not in plain

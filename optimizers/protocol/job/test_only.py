@@ -25,7 +25,8 @@ from optimizers.candidate import Candidate
 from optimizers.journal import short_hash
 from optimizers.matched import is_test_only
 from optimizers.protocol.job import transfer
-from optimizers.protocol.job.engine import Job, JobRuntime, _log
+from optimizers.protocol.job.console import log
+from optimizers.protocol.job.engine import Job, JobRuntime
 from optimizers.protocol.job.matched_test import run_matched_test, tokens_of
 from optimizers.protocol.job.store import JobStore
 from optimizers.registry import get_optimizer_class
@@ -95,7 +96,7 @@ class TestOnlyJob(Job):
             {k: payload[k] for k in ("job_id", "status", "failure_kind", "stop_reason", "incumbent_candidate",
                                      "budget", "history", "metadata")}, 24)
         payload["truncation"] = {"task": {}, "reflection": {}}
-        _log(self.cfg, f"{self._kind} job: no search ({payload['stop_reason']})")
+        log(self.cfg, f"{self._kind} job: no search ({payload['stop_reason']})")
         return self.store.write("optimization", payload)
 
     async def validate(self, optimization: Mapping[str, Any]) -> dict[str, Any]:
@@ -164,7 +165,7 @@ class TestOnlyJob(Job):
             "elapsed_seconds": round(time.monotonic() - started, 3),
         }
         record = self.store.write("test", payload)
-        _log(cfg, f"baseline test: team={team_mean} single(N={matched['n']})={single_mean} "
+        log(cfg, f"baseline test: team={team_mean} single(N={matched['n']})={single_mean} "
                   f"tokens/problem team={matched['team_tokens_per_problem']} "
                   f"single={matched['single_tokens_per_problem']}")
         return record
