@@ -1,4 +1,5 @@
-"""``python -m optimizers.protocol.grid``: list the LCB grid, show what a runs folder holds, print
+"""The grid command (``python -m optimizers.protocol.grid``, the top room: it reads every room
+below it and nothing imports it): list the LCB grid, show what a runs folder holds, print
 the sweep commands that run it.
 
     python -m optimizers.protocol.grid --list            # one cell per line, then the counts
@@ -30,18 +31,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from optimizers.protocol.grid import cells
 from optimizers.protocol.aggregate.summary import RESULT_SCHEMA, OneLineParser
-from optimizers.protocol.grid.config import JobConfig
+from optimizers.protocol.grid import cells
+from optimizers.protocol.run.app import to_overrides
+from optimizers.protocol.run.hydra_config import job_config
+from optimizers.protocol.run.preflight import MethodNotLoadable, PreflightError, preflight
 
 EXPERIMENTS_DIR = cells.CONF_DIR / "experiment"
 GRID_EXPERIMENT_PREFIX = "lcb_grid"
 STATUSES = ("done", "failed", "running", "missing")
-
-
-def config_in_grid(cfg: JobConfig) -> bool:
-    """Whether a job is a grid job (for ``identity``: whether some grid cell uses its condition)."""
-    return cells.grid_membership(cfg)[0]
 
 
 # --------------------------------------------------------------------------- --list
@@ -189,10 +187,6 @@ def check_grid(paths: Sequence[Path] | None = None) -> tuple[int, list[CheckFail
     import dataclasses
 
     from hydra import compose, initialize_config_dir
-
-    from optimizers.protocol.run.hydra_config import job_config
-    from optimizers.protocol.run.preflight import MethodNotLoadable, PreflightError, preflight
-    from optimizers.protocol.run.app import to_overrides
 
     checked, failures = 0, []
     with initialize_config_dir(config_dir=str(cells.CONF_DIR), version_base="1.3"):
