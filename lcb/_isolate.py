@@ -4,9 +4,12 @@ Once per program, in the zygote, before any model-written code runs:
 
 1. **Namespaces**: a fresh network namespace (its only interface a loopback that is down, so
    no UDP, TCP, raw, packet or netlink traffic goes anywhere, and its own abstract unix socket
-   names) and a fresh IPC namespace (System V shared memory, semaphores, message queues and
-   POSIX message queues of its own). As root directly; otherwise inside a new user namespace
-   where the kernel allows unprivileged ones.
+   names), a fresh IPC namespace (System V shared memory, semaphores, message queues and
+   POSIX message queues of its own) and a fresh PID namespace whose init is the zygote (a
+   program sees, and can signal, only its own processes, whatever Landlock offers; the
+   zygote, as init, ignores every signal from inside but those it handles; when it ends, the
+   kernel kills everything left in it). As root directly; otherwise inside a new user
+   namespace where the kernel allows unprivileged ones.
 2. **Identity**: as root, an unprivileged uid and gid of its own (``UID_BASE`` + the zygote's
    pid modulo ``UID_SPAN``, so programs graded at the same time do not share a uid), with no
    supplementary groups; the job folder is handed to it.
@@ -33,6 +36,7 @@ import stat
 CLONE_NEWNS = 0x00020000
 CLONE_NEWIPC = 0x08000000
 CLONE_NEWUSER = 0x10000000
+CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
 _PR_CAPBSET_DROP = 24
 _PR_SET_NO_NEW_PRIVS = 38
@@ -59,21 +63,30 @@ def _write(path: str, text: str) -> None:
 # ---------------------------------------------------------------- namespaces
 
 
-def enter_namespaces() -> str:
-    """A fresh network and IPC namespace for the caller: "" if none could be had, else how
-    ("root" or "user": via an unprivileged user namespace)."""
-    if os.geteuid() == 0 and _libc.unshare(CLONE_NEWNET | CLONE_NEWIPC) == 0:
-        return "root"
+def enter_namespaces(pid: bool = True) -> tuple[str, bool]:
+    """A fresh network and IPC namespace for the caller and, with ``pid``, a fresh PID namespace
+    for the children it forks next (the first becomes its init): (how, whether the PID namespace
+    came too). ``how`` is "" if no namespace could be had, else "root" or "user" (via an
+    unprivileged user namespace)."""
+    base = CLONE_NEWNET | CLONE_NEWIPC
+    tries = (base | CLONE_NEWPID, base) if pid else (base,)
+    if os.geteuid() == 0:
+        for flags in tries:
+            if _libc.unshare(flags) == 0:
+                return "root", bool(flags & CLONE_NEWPID)
     uid, gid = os.geteuid(), os.getegid()
-    if _libc.unshare(CLONE_NEWUSER | CLONE_NEWNET | CLONE_NEWIPC) != 0:
-        return ""
+    for flags in tries:
+        if _libc.unshare(CLONE_NEWUSER | flags) == 0:
+            break
+    else:
+        return "", False
     try:  # map ourselves onto ourselves: same uid, no root inside
         _write("/proc/self/setgroups", "deny")
         _write("/proc/self/uid_map", f"{uid} {uid} 1\n")
         _write("/proc/self/gid_map", f"{gid} {gid} 1\n")
     except OSError:
         pass  # unmapped ids read as "nobody"; the namespaces themselves are in force
-    return "user"
+    return "user", bool(flags & CLONE_NEWPID)
 
 
 # ---------------------------------------------------------------- identity

@@ -57,19 +57,28 @@ def test_backstop_kills_a_zygote_that_stopped_reporting(monkeypatch):
     job = SandboxJob("stdin", "import time\ntime.sleep(60)\n", (("", ""),), timeout_s=1.0, wall_limit_s=1.0)
     stopped = []
 
+    def parent_of(pid: int) -> int:
+        with open(f"/proc/{pid}/stat") as fh:
+            return int(fh.read().rsplit(")", 1)[1].split()[1])
+
     def freeze():
+        # The server's child is the job's zygote, or (in a PID namespace of its own) the
+        # zygote's warden, whose only child is the zygote: freeze the zygote once it exists.
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline and not stopped:
-            for pid in sandbox.live_sandbox_processes():
-                with open(f"/proc/{pid}/stat") as fh:
-                    parent = int(fh.read().rsplit(")", 1)[1].split()[1])
-                if parent == sandbox.fork_server_pid():  # the job's zygote
-                    os.kill(pid, signal.SIGSTOP)
-                    stopped.append(pid)
+            live = sandbox.live_sandbox_processes()
+            parents = {pid: parent_of(pid) for pid in live}
+            for pid, parent in parents.items():
+                if parent != sandbox.fork_server_pid():
+                    continue
+                below = [p for p, q in parents.items() if q == pid]
+                if below or "pidns" not in layers:
+                    os.kill(below[0] if below else pid, signal.SIGSTOP)
+                    stopped.append(below[0] if below else pid)
                     break
             time.sleep(0.005)
 
-    sandbox.run_in_sandbox(SandboxJob("exec", "pass", (("", ""),)))  # server up before freezing
+    layers = sandbox.run_in_sandbox(SandboxJob("exec", "pass", (("", ""),))).layers  # server up before freezing
     settle = time.monotonic() + 3
     while sandbox.live_sandbox_processes() and time.monotonic() < settle:
         time.sleep(0.01)  # the warm-up zygote must be gone, or we would freeze it instead

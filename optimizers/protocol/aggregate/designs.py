@@ -27,7 +27,7 @@ INFRASTRUCTURE_FAILURE = "infrastructure_invalid"
 def _label(group: Any) -> dict[str, Any]:
     label = group.label()
     return {"method": label["method"], "task": label["task"], "runtime": label["runtime"],
-            "model": label["model"]}
+            "model": label["model"], "cell": label["cell"]}
 
 
 def cell_rolls(group: Any) -> tuple[dict[str, list[float]], dict[str, list[float]]] | None:

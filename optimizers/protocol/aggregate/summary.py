@@ -336,12 +336,24 @@ def apply_holm(comparisons: Sequence[Comparison], family_of: Any) -> None:
             comparison.p_holm[seed] = value
 
 
+def _study(label: Mapping[str, Any]) -> str:
+    """Which question a comparison answers: the grid's (optimized vs seed, method vs method),
+    ``matched`` (a matched-compute baseline is in it: single agent vs team) or ``transfer``
+    (prompts tuned on another model). Each is its own Holm family, so running the baselines or a
+    transfer sweep never changes the grid's own adjusted p-values."""
+    cell = label.get("cell") or {}
+    if cell.get("transfer_from"):
+        return "transfer"
+    methods = (cell.get("method"), label.get("method_a"), label.get("method_b"))
+    return "matched" if any(m in matched_compute.MATCHED_METHODS for m in methods) else ""
+
+
 def _family(kind: str, family: str, comparison: Comparison) -> tuple[Any, ...]:
     return _family_of_label(kind, family, comparison.label)
 
 
 def _family_of_label(kind: str, family: str, label: Mapping[str, Any]) -> tuple[Any, ...]:
-    base = (kind, label["task"], label["model"])
+    base = (kind, label["task"], label["model"], _study(label))
     if family == "none":
         return (kind,)
     if family == "method":
