@@ -74,7 +74,7 @@ class TAVOParams:
     max_credit_segments: int = 5  # per (trajectory, role) in segment mode: its last N steps
     train_batch_size: int = 6
     max_outer_rounds: int = 5
-    validation_batch: int | None = None  # null: min(|val|, max(min_validation_batch, (B - rounds*train)//train))
+    validation_batch: int | None = None  # null: min(|val|, max(min_validation_batch, (B - rounds*train)//(rounds+1)))
     min_validation_batch: int = 3
     adoption_threshold: float = 0.01  # vs the seed's validation score
     validation_delta_tolerance: float = 0.0  # vs the best validation score so far
@@ -109,7 +109,10 @@ def credit_by_segment(params: TAVOParams) -> bool:
 def validation_batch_size(params: TAVOParams, budget: int, val_size: int) -> int:
     if params.validation_batch is not None:
         return min(val_size, params.validation_batch)
-    room = (budget - params.max_outer_rounds * params.train_batch_size) // params.train_batch_size
+    # The reference's layout: the seed's validation batch plus K rounds of (train + validation),
+    # v + K (t + v) <= B, so v <= (B - K t) / (K + 1). (With the defaults K + 1 = t = 6; dividing
+    # by t, as this did before issue 31, agreed only there.)
+    room = (budget - params.max_outer_rounds * params.train_batch_size) // (params.max_outer_rounds + 1)
     return min(val_size, max(params.min_validation_batch, room))
 
 

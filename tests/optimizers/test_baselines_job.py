@@ -32,6 +32,14 @@ def test_self_consistency_matches_the_team_tokens_within_one_sample(tmp_path: Pa
     test = read_sealed(out / "test.json")
     assert test["baseline_scores"] == result["test"]["baseline_scores"]
     assert all(len(p["vote"]["groups"]) >= 1 for p in test["matched"]["problems"])
+    # The single agent's samples are drawn at the replica teams' temperature floor (0.7), not
+    # the optimize phase's 0.2: the vote gets the diversity the independent team's vote gets.
+    from optimizers.protocol.job.matched_test import single_agent_spec
+
+    single_prompt = next(iter(single_agent_spec(cfg).roles.values())).splitlines()[0]
+    single = [r for r in server.requests if single_prompt in str((r.messages or [{}])[0].get("content", ""))]
+    assert cfg.optimize_decoding.temperature == 0.2 and matched["sample_temperature"] == 0.7
+    assert len(single) >= len(samples) and {r.body.get("temperature") for r in single} == {0.7}
     # Resuming a finished job asks the model nothing.
     requests = server.request_count
     assert run_job(cfg, fast_runtime()) == result and server.request_count == requests
@@ -43,6 +51,21 @@ def test_a_fixed_n_is_used_as_given(tmp_path: Path, scripted_server) -> None:
                      method_params={"match": "fixed", "n": 3, "max_n": 64})
     result = run_job(cfg, fast_runtime())
     assert result["matched"]["n"] == 3 and result["matched"]["selection_rule"] == "examples"
+
+
+def test_a_baseline_refuses_several_test_samples(tmp_path: Path, scripted_server) -> None:
+    from dataclasses import replace
+
+    from optimizers.protocol.grid.config import TestDesign
+
+    server = scripted_server()
+    cfg = job_config(tmp_path / "sc", server.base_url, method="self_consistency",
+                     method_params={"match": "fixed", "n": 2, "max_n": 64},
+                     test=TestDesign(samples=2, temperature=0.2))
+    cfg = replace(cfg, eval_decoding=replace(cfg.eval_decoding, temperature=0.2))
+    with pytest.raises(JobError, match="test.samples=2 is not supported"):
+        run_job(cfg, fast_runtime())
+    assert server.request_count == 0
 
 
 def test_a_transfer_job_has_its_own_identity_and_never_optimizes(tmp_path: Path, scripted_server) -> None:
@@ -63,6 +86,12 @@ def test_a_transfer_job_has_its_own_identity_and_never_optimizes(tmp_path: Path,
     # Same model, same seed, same problems: the same shared evaluations, so the same Δ.
     assert result["test"]["delta_pp"] == source["test"]["delta_pp"]
     del requests
+    # Other problems (or scoring) than the source's: refused before anything runs.
+    other = job_config(tmp_path / "other", server.base_url, method="scripted_search", budget=12,
+                       deploy_from=source_dir, optimize_max_tests=2)
+    with pytest.raises(JobError, match=r"other problems or rules \(optimize_max_tests: source 3, here 2\)"):
+        run_job(other, fast_runtime())
+    assert not (tmp_path / "other" / "result.json").exists()
 
 
 def test_deploy_from_a_folder_without_a_finished_job_is_one_clear_error(tmp_path: Path, scripted_server) -> None:

@@ -108,3 +108,30 @@ def test_a_transfer_cell_is_compared_with_its_target_models_single_agent_at_its_
     # Seed team on b: 3000 tokens at 25 % -> 12000 per solved problem; transferred: 3100 at 50 %
     # -> 6200, so 2900 tokens per problem are spare: 40000 / 2900 -> 14 deployments.
     assert moved["break_even_vs_seed"] == 14
+
+
+def test_baselines_and_transfers_never_change_the_grids_adjusted_p_values() -> None:
+    from optimizers.protocol.aggregate.summary import _family, apply_holm
+
+    from dataclasses import replace
+
+    ids = tuple(f"q{i}" for i in range(12))  # enough problems for p-values Holm does not clip at 1
+
+    def wide(result: JobResult, gained: int) -> JobResult:
+        return replace(result, example_ids=ids, baseline=(0.0,) * 12, deployed=(1.0,) * gained + (0.0,) * (12 - gained))
+
+    grid = [wide(job(m, "org/a", s, (), ()), 10) for m in ("gepa", "mipro") for s in (0, 1)]
+    extra = [wide(job("self_consistency", "org/a", s, (), (), match={"n": 3}), 11) for s in (0, 1)]
+    extra += [wide(job("gepa", "org/a", s, (), (), source_model="org/b"), 9) for s in (0, 1)]
+
+    def adjusted(results: list[JobResult]) -> dict[tuple[str, str], dict[int, float | None]]:
+        _, stats = analyse(results)
+        comparisons = list(stats.values())
+        apply_holm(comparisons, lambda c: _family("cell", "task", c))
+        return {(c.label["method"], c.label["model"]): dict(c.p_holm) for c in comparisons}
+
+    alone, together = adjusted(grid), adjusted(grid + extra)
+    assert 0 < alone[("gepa", "org--a")][0] < 0.01  # 4 p-values of 2/1024 in the family: 4 x 0.00195
+    assert {k: together[k] for k in alone} == alone
+    # The baselines and transfers have families of their own.
+    assert together[("self_consistency", "org--a")][0] is not None

@@ -27,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 DEFAULT_DEPLOYMENTS = 1000
+MATCHED_METHODS = ("self_consistency", "best_of_n")  # the test-only baselines (optimizers/matched.py)
 
 
 def is_baseline(job: Any) -> bool:

@@ -264,7 +264,7 @@ def parse_test_design(value: Any, cutoff: str | None) -> TestDesign:
     return result
 
 
-def _sampled_decoding(decoding: Decoding, design: TestDesign) -> Decoding:
+def sampled_decoding(decoding: Decoding, design: TestDesign) -> Decoding:
     """The evaluation decoding under a test design: its temperature, and samples need one > 0."""
     if design.temperature is not None:
         decoding = dataclasses.replace(decoding, temperature=design.temperature)
@@ -378,7 +378,7 @@ def job_config_from_dict(raw: Mapping[str, Any]) -> JobConfig:
         optimize_max_tests=None if max_tests is None else _int(max_tests, "optimize_max_tests", minimum=1),
         optimize_decoding=_capped(
             _decoding(defaults["optimize_decoding"], decoding.get("optimize"), "decoding.optimize"), output_cap),
-        eval_decoding=_sampled_decoding(
+        eval_decoding=sampled_decoding(
             _capped(_decoding(defaults["eval_decoding"], decoding.get("eval"), "decoding.eval"), output_cap), design),
         reflection_decoding=_capped(
             _decoding(defaults["reflection_decoding"], decoding.get("reflection"), "decoding.reflection"),
