@@ -30,13 +30,14 @@ def passes(scores: Sequence[float]) -> int:
 
 
 def pass_at_k_table(per_problem: Iterable[Sequence[float]], ks: Iterable[int] = DEFAULT_KS) -> dict[str, float]:
-    """``{"1": mean pass@1, "5": ...}`` over problems, for every k up to the samples each has."""
+    """``{"1": mean pass@1, "5": ...}`` over problems, for every k up to the samples each has, and
+    for k = that number of samples (pass@n: solved by any sample)."""
     rows = [list(s) for s in per_problem]
     if not rows or any(not r for r in rows):
         return {}
     n = min(len(r) for r in rows)
     out: dict[str, float] = {}
-    for k in sorted(set(ks)):
+    for k in sorted({*ks, n}):
         if k > n:
             continue
         values = [pass_at_k(len(r), passes(r), k) for r in rows]

@@ -27,9 +27,9 @@ def test_pass_at_1_is_the_mean_and_the_table_skips_k_beyond_the_samples() -> Non
     table = passk.pass_at_k_table(rows, ks=(1, 2, 5))
     assert table["1"] == pytest.approx((0.5 + 0.0 + 1.0) / 3)
     assert table["2"] == pytest.approx((brute_force([1, 0, 0, 1], 2) + 0 + 1) / 3)
-    assert "5" not in table
+    assert "5" not in table and table["4"] == pytest.approx(2 / 3)  # pass@n: solved by any sample
     # A partial score (some hidden tests passed) is not a pass.
-    assert passk.pass_at_k_table([[0.5, 0.5]], ks=(1,)) == {"1": 0.0}
+    assert passk.pass_at_k_table([[0.5, 0.5]], ks=(1,)) == {"1": 0.0, "2": 0.0}
 
 
 def test_bad_counts_are_refused() -> None:
