@@ -11,8 +11,9 @@ What the client guarantees (the reference project did not):
   cannot be parsed), with exponential backoff and jitter, preferring another endpoint; a 4xx such
   as "context too long" is the model's (the team's) failure and is never retried;
 - every failure ends as ``ModelCallError`` with a ``kind`` and a one-line message;
-- requests are spread over all endpoints (least in flight, round robin among equals, failed
-  endpoints cooled down);
+- requests are spread over all endpoints (topologies/routing.py: by default every call of one
+  team run stays on one endpoint, for the servers' prefix caches, while that endpoint is not
+  overloaded; ``routing="least_in_flight"`` spreads call by call; failed endpoints cooled down);
 - token usage is recorded per role.
 """
 
@@ -27,6 +28,7 @@ import sys
 import threading
 import time
 import weakref
+import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -34,6 +36,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from lcb.errors import LcbError
+from topologies.routing import ROUTERS, RoutingOptions, make_router
 from topologies.types import Decoding, ErrorKind, ModelCallError, Usage
 
 from topologies.local_model import EMBEDDED_MODELS  # noqa: E402 - stdlib-only module
@@ -77,6 +80,9 @@ class ModelConfig:
     # "max_completion_tokens" (OpenAI, vLLM, SGLang) or "max_tokens" (llama.cpp's server, which
     # silently ignores the newer name and would generate until the context is full).
     token_limit_field: str = "max_completion_tokens"
+    # How calls are spread over several endpoints (topologies/routing.py); never changes results.
+    routing: str = "affinity"
+    routing_options: RoutingOptions = field(default_factory=RoutingOptions)
 
     def __post_init__(self) -> None:
         if not self.endpoints:
@@ -85,6 +91,8 @@ class ModelConfig:
             raise ModelConfigError("max_retries and backoff_s must be >= 0 and timeout_s > 0")
         if self.token_limit_field not in ("max_completion_tokens", "max_tokens"):
             raise ModelConfigError(f"token_limit_field: unknown {self.token_limit_field!r}")
+        if self.routing not in ROUTERS:
+            raise ModelConfigError(f"routing: unknown {self.routing!r}; expected one of {', '.join(ROUTERS)}")
 
     @property
     def name(self) -> str:
@@ -378,11 +386,16 @@ class OpenAIChatClient:
     call ``asyncio.run`` repeatedly would otherwise reuse dead connections).
     """
 
-    def __init__(self, config: ModelConfig, *, seed: int | None = None) -> None:
+    def __init__(self, config: ModelConfig, *, seed: int | None = None, route_salt: str | None = None) -> None:
         self.config = config
         self.model_id = config.id
         self._endpoints = [_Endpoint(url) for url in config.endpoints]
-        self._round_robin = itertools.count()
+        self.router = make_router(config.routing, config.routing_options)
+        # Ties start at a per-client endpoint, so that the jobs of a sweep (one client each) do
+        # not all put their first sessions on the first endpoint. ``route_salt`` (a job id) makes
+        # the rotation reproducible; by default it is the process's.
+        salt = route_salt if route_salt is not None else f"pid-{os.getpid()}"
+        self._round_robin = itertools.count(zlib.crc32(salt.encode()) % max(1, len(self._endpoints)))
         self._lock = threading.Lock()
         self._usage: dict[str, Usage] = {}
         self._transport_failures = 0
@@ -423,16 +436,8 @@ class OpenAIChatClient:
     def _acquire(self, avoid: _Endpoint | None) -> _Endpoint:
         now = time.monotonic()
         with self._lock:
-            count = len(self._endpoints)
-            start = next(self._round_robin) % count
-            best: _Endpoint | None = None
-            best_key: tuple[bool, bool, int] | None = None
-            for offset in range(count):
-                endpoint = self._endpoints[(start + offset) % count]
-                key = (endpoint is avoid, endpoint.cool_until > now, endpoint.in_flight)
-                if best_key is None or key < best_key:
-                    best, best_key = endpoint, key
-            assert best is not None
+            start = next(self._round_robin) % len(self._endpoints)
+            best: _Endpoint = self.router.pick(self._endpoints, start, avoid, now)
             best.in_flight += 1
             return best
 
@@ -575,6 +580,6 @@ class OpenAIChatClient:
         return message
 
 
-def make_client(config: ModelConfig) -> OpenAIChatClient:
-    """The ChatClient for a resolved model."""
-    return OpenAIChatClient(config)
+def make_client(config: ModelConfig, *, route_salt: str | None = None) -> OpenAIChatClient:
+    """The ChatClient for a resolved model (``route_salt``: see ``OpenAIChatClient``)."""
+    return OpenAIChatClient(config, route_salt=route_salt)

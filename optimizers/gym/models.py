@@ -43,7 +43,6 @@ PARAPHRASES = (
     "Keep explanations short and focused.",
     "Use descriptive variable names.",
 )
-_TASK_TAG = re.compile(r"Task: ([a-z_]+)/([a-z_-]+)\.")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -233,19 +232,17 @@ def proposal(lexicon: Lexicon, channel: Channel, request_text: str, salt: str, *
 
 
 class ScriptedReflector:
-    """Answers reflection requests (``Task: method/purpose.``) in the method's reply shape."""
+    """Answers reflection requests ((method, purpose), ``optimizers.surfaces.identify``) in the
+    method's reply shape."""
 
     def __init__(self, lexicon: Lexicon, channel: Channel, *, salt: str) -> None:
         self.lexicon, self.channel, self.salt = lexicon, channel, salt
         self.unknown: dict[str, int] = {}  # method/purpose tags no shape is known for
 
-    def reply(self, system: str, prompt: str, seed: int) -> str | None:
+    def reply(self, task: tuple[str, str], prompt: str, seed: int) -> str | None:
         import optimizers.gym.shapes as shapes
 
-        tag = _TASK_TAG.search(system)
-        if tag is None:
-            return None
-        method, purpose = tag.group(1), tag.group(2)
+        method, purpose = task
         key = _digest(prompt)
         text = shapes.reply(method, purpose, prompt,
                             lambda index: proposal(self.lexicon, self.channel, prompt, self.salt, seed, key, index))
@@ -265,15 +262,10 @@ class GymModel:
 
     def __init__(self, *, lexicon: Lexicon, channel: Channel, judge_noise: float, salt: str, probe: Probe,
                  model_id: str) -> None:
-        from optimizers.judge import JUDGE_SYSTEM
-        from optimizers.reflection import REFLECTION_SYSTEM
-
         self.model_id = model_id
         self.judge = ScriptedJudge(lexicon, noise=judge_noise, salt=salt)
         self.reflector = ScriptedReflector(lexicon, channel, salt=salt)
         self._probe = probe
-        self._judge_system = JUDGE_SYSTEM
-        self._reflection_system = REFLECTION_SYSTEM
         self.usage: dict[str, dict[str, int]] = {}
 
     @property
@@ -282,14 +274,16 @@ class GymModel:
 
     async def complete(self, role: str, messages: Sequence[Any], *, decoding: Any, tools: Sequence[Any] = (),
                        tool_choice: str | None = None) -> Any:
+        from optimizers.surfaces import identify
         from topologies.types import ErrorKind, ModelCallError
 
         system, rest, _ = request_texts(messages)
         seed = _seed_of(decoding)
-        if self._judge_system in system:
+        task = identify(system, rest)
+        if task is not None and task[1] == "judge":
             surface, text = "judge", self.judge.reply(rest, seed)
-        elif self._reflection_system in system:
-            surface, text = "reflection", self.reflector.reply(system, rest, seed)
+        elif task is not None:
+            surface, text = "reflection", self.reflector.reply(task, rest, seed)
         else:  # a probe: a candidate role prompt as the system message
             surface, text = "probe", self._probe(system, rest, seed)
         if text is None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from optimizers.protocol.grid import cli as grid
+from optimizers.protocol.grid_command import cli as grid
 from optimizers.registry import MethodUnavailable, UnknownMethod, available_methods, get_optimizer_class
 
 

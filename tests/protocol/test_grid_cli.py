@@ -10,7 +10,7 @@ from pathlib import Path
 
 from optimizers.journal import write_sealed
 from optimizers.protocol.grid import cells
-from optimizers.protocol.grid import cli as grid
+from optimizers.protocol.grid_command import cli as grid
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from optimizers.protocol.grid import cells
-from optimizers.protocol.grid import cli as grid
+from optimizers.protocol.grid_command import cli as grid
 from optimizers.protocol.grid.config import JobConfig
 from optimizers.protocol.run.hydra_config import ConfigError, check_job, job_config
 from optimizers.protocol.run.app import UsageError, to_overrides

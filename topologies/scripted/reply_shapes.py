@@ -17,8 +17,6 @@ from typing import Any
 
 MARKER = "SAMPLE-FIRST PROTOCOL: run every sample case before answering."
 
-_TASK_TAG = re.compile(r"Task: ([a-z_]+)/([a-z_-]+)\.")
-
 
 def _instruction(useful: bool, role_hint: str = "") -> str:
     base = f"You are a meticulous competitive programmer{(' acting as ' + role_hint) if role_hint else ''}."

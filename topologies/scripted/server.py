@@ -11,7 +11,10 @@ As a process (benchmarks, other languages)::
     python -m topologies.scripted.server --script script.yaml --port 0
 
 prints ``ready http://127.0.0.1:PORT/v1`` on stdout once it accepts connections.
-``GET /_scripted/stats`` returns the request count and per-rule counters as JSON.
+``GET /_scripted/stats`` returns the request count and per-rule counters as JSON, and with a
+prefix-cache model (``prefix_cache=PrefixCacheModel()``, ``--prefix-cache``) the cache's hit rate
+(topologies/scripted/prefix_cache.py: replies wait for the prefill of the prompt tokens this
+server has not cached).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from aiohttp import web
 
 from topologies import aio
 
+from topologies.scripted.prefix_cache import PrefixCache, PrefixCacheModel, PrefillQueue, continued_text, prompt_text
 from topologies.scripted.script import (
     Decision,
     FaultKind,
@@ -77,10 +81,20 @@ def _is_loopback(host: str) -> bool:
 class ScriptedServer:
     """Serves a Script on 127.0.0.1 from a background thread (or the main thread via ``serve``)."""
 
-    def __init__(self, script: Script, *, host: str = "127.0.0.1", port: int = 0, keep_bodies: bool = True) -> None:
+    def __init__(
+        self,
+        script: Script,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        keep_bodies: bool = True,
+        prefix_cache: PrefixCacheModel | None = None,
+    ) -> None:
         if not _is_loopback(host):
             raise ScriptError(f"the scripted server listens on loopback only, not {host!r}")
         self.script = script
+        self.cache = PrefixCache(prefix_cache) if prefix_cache is not None else None
+        self._prefill = PrefillQueue(prefix_cache.prefill_tokens_per_s) if prefix_cache is not None else None
         self.host = host
         self.port = port
         self.keep_bodies = keep_bodies
@@ -108,6 +122,11 @@ class ScriptedServer:
     @property
     def request_count(self) -> int:
         return self._state.requests
+
+    @property
+    def cache_stats(self) -> dict[str, Any] | None:
+        """The prefix cache's counters and hit rate; None without a prefix-cache model."""
+        return self.cache.stats() if self.cache is not None else None
 
     def rule_names(self) -> list[str | None]:
         """Which rule answered each request, in order."""
@@ -203,7 +222,10 @@ class ScriptedServer:
 
     async def _stats(self, request: web.Request) -> web.Response:
         counters = {name: asdict(c) for name, c in self._state.counters.items()}
-        return web.json_response({"requests": self._state.requests, "rules": counters})
+        body: dict[str, Any] = {"requests": self._state.requests, "rules": counters}
+        if self.cache is not None:
+            body["prefix_cache"] = self.cache.stats()
+        return web.json_response(body)
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
         try:
@@ -218,6 +240,9 @@ class ScriptedServer:
             message = f"scripted rule failed: {type(exc).__name__}: {exc}"
             self._log(self._state.requests, body, None, 400, None)
             return web.Response(status=400, body=_error_body(400, message), content_type=_JSON)
+        if self.cache is not None and self._prefill is not None:
+            lookup = self.cache.lookup(prompt_text(body))
+            await self._prefill.prefill(lookup.uncached_tokens)
         if decision.latency_s > 0:
             await asyncio.sleep(decision.latency_s)
         return await self._answer(request, chat, decision)
@@ -236,6 +261,9 @@ class ScriptedServer:
             self._log(number, chat.body, None, 400, None)
             return web.Response(status=400, body=_error_body(400, "no scripted rule matched"), content_type=_JSON)
         self._log(number, chat.body, decision.rule, 200, None)
+        if self.cache is not None:  # the reply's blocks stay cached, as a real server's KV does
+            message = completion_body(chat, decision.reply)["choices"][0]["message"]
+            self.cache.insert(continued_text(chat.body, message))
         if chat.body.get("stream"):
             return await self._stream(request, chat, decision)
         payload = json.dumps(completion_body(chat, decision.reply)).encode()
@@ -300,9 +328,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--script", required=True, help="script file (.yaml, .yml or .json)")
     parser.add_argument("--port", type=int, default=0, help="port (0: a free one; default 0)")
     parser.add_argument("--host", default="127.0.0.1", help="loopback address (default 127.0.0.1)")
+    parser.add_argument("--prefix-cache", action="store_true",
+                        help="model automatic prefix caching: replies wait for the prefill of uncached prompt tokens")
+    parser.add_argument("--prefill-tokens-per-s", type=float, default=PrefixCacheModel().prefill_tokens_per_s,
+                        help="prefill rate of the prefix-cache model (default %(default)g)")
+    parser.add_argument("--cache-tokens", type=int, default=None,
+                        help="prefix-cache capacity in tokens (default 2000000)")
     args = parser.parse_args(argv)
+    cache = None
     try:
-        server = ScriptedServer(load_script(args.script), host=args.host, port=args.port)
+        if args.prefix_cache:
+            options: dict[str, Any] = {"prefill_tokens_per_s": args.prefill_tokens_per_s}
+            if args.cache_tokens is not None:
+                options["capacity_blocks"] = max(1, args.cache_tokens * 4 // PrefixCacheModel().block_chars)
+            cache = PrefixCacheModel(**options)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    try:
+        server = ScriptedServer(load_script(args.script), host=args.host, port=args.port, prefix_cache=cache)
     except ScriptError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

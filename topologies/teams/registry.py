@@ -13,6 +13,7 @@ from lcb.problem import Problem
 from topologies.teams import centralized, decentralized, independent, sequential, single
 from topologies.teams.layouts import LayoutError, check_mask, role_names, team_roster
 from topologies.teams.limits import TeamLimits
+from topologies.routing import routing_session
 from topologies.teams.session import RunContext, TeamResult
 from topologies.types import ChatClient, CommunicationFormat, Decoding, ModelCallError, TeamSpec, Trajectory
 
@@ -91,8 +92,11 @@ async def run_team(
                      limits=limits or TeamLimits(), active=mask)
     started = time.perf_counter()
     try:
-        state = await _compiled(spec.topology, spec.team_size).ainvoke(
-            {}, context=ctx, config={"recursion_limit": team.recursion_limit(spec)})
+        # One routing session per team run: every role and turn reaches the same model server
+        # (while it is not overloaded), where the conversation's prefix is already cached.
+        with routing_session(problem.id):
+            state = await _compiled(spec.topology, spec.team_size).ainvoke(
+                {}, context=ctx, config={"recursion_limit": team.recursion_limit(spec)})
         result: TeamResult = state["result"]
     except ModelCallError as exc:
         found, text = ctx.salvage(team.answer_roles(spec))

@@ -1,6 +1,6 @@
-"""``python -m optimizers.protocol.grid``: the door to ``optimizers.protocol.grid.cli``."""
+"""``python -m optimizers.protocol.grid``: the door to the grid command (``optimizers.protocol.grid_command.cli``)."""
 
-from optimizers.protocol.grid.cli import main
+from optimizers.protocol.grid_command.cli import main
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -25,7 +25,8 @@ from optimizers.candidate import Candidate
 from optimizers.journal import short_hash
 from optimizers.matched import is_test_only
 from optimizers.protocol.job import transfer
-from optimizers.protocol.job.engine import Job, JobRuntime, _log
+from optimizers.protocol.job.console import log
+from optimizers.protocol.job.engine import Job, JobRuntime
 from optimizers.protocol.job.matched_test import run_matched_test, tokens_of
 from optimizers.protocol.job.store import JobStore
 from optimizers.registry import get_optimizer_class
@@ -60,10 +61,15 @@ class TestOnlyJob(Job):
         self.source = transfer.source_of(cfg)
         method_cls = get_optimizer_class(cfg.method)
         self.rule = getattr(method_cls, "selection_rule", "") if is_test_only(method_cls) else ""
+        if self.rule and cfg.test.samples > 1:
+            # One submission per problem (the vote's pick) against the seed team's pass@1.
+            raise transfer.JobError(f"{cfg.method}: a matched-compute baseline submits one program per problem; "
+                                    f"test.samples={cfg.test.samples} is not supported (use test.samples=1)")
         if self.source is not None:
             if self.rule:
                 raise transfer.JobError("--deploy-from: a matched-compute baseline has no prompts to transfer")
             transfer.check_compatible(self.source, self.base_spec, cfg.method)
+            transfer.check_same_problems(self.source, self.identity.spec)
 
     def _connect_models(self) -> None:
         if self.cfg.phase == "all" and self.store.read("result") is not None:
@@ -95,7 +101,7 @@ class TestOnlyJob(Job):
             {k: payload[k] for k in ("job_id", "status", "failure_kind", "stop_reason", "incumbent_candidate",
                                      "budget", "history", "metadata")}, 24)
         payload["truncation"] = {"task": {}, "reflection": {}}
-        _log(self.cfg, f"{self._kind} job: no search ({payload['stop_reason']})")
+        log(self.cfg, f"{self._kind} job: no search ({payload['stop_reason']})")
         return self.store.write("optimization", payload)
 
     async def validate(self, optimization: Mapping[str, Any]) -> dict[str, Any]:
@@ -149,6 +155,8 @@ class TestOnlyJob(Job):
             "deployed_evaluation_id": None, "example_ids": ids,
             "difficulties": [self.data.problem(pid).difficulty for pid in ids],
             "platforms": [self.data.problem(pid).platform for pid in ids],
+            "contest_dates": [self.data.problem(pid).contest_date for pid in ids],
+            "test_design": cfg.test.identity(), "model_cutoff": cfg.model.cutoff, "samples": 1,
             "baseline_scores": [r.score if r.usable else None for r in team.rollouts],
             "deployed_scores": single,
             "baseline_status": [r.status.value for r in team.rollouts],
@@ -164,7 +172,7 @@ class TestOnlyJob(Job):
             "elapsed_seconds": round(time.monotonic() - started, 3),
         }
         record = self.store.write("test", payload)
-        _log(cfg, f"baseline test: team={team_mean} single(N={matched['n']})={single_mean} "
+        log(cfg, f"baseline test: team={team_mean} single(N={matched['n']})={single_mean} "
                   f"tokens/problem team={matched['team_tokens_per_problem']} "
                   f"single={matched['single_tokens_per_problem']}")
         return record
