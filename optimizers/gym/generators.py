@@ -33,6 +33,7 @@ from dataclasses import dataclass
 
 from optimizers.gym.draws import Channel
 from optimizers.gym.lexicon import generated
+from optimizers.gym.slots import TEAM_SIZE, builtin_problems, components_of
 from optimizers.gym.world import Distractor, Fact, Synergy, World, spread_difficulties
 
 FACTS_PER_COMPONENT = (5, 20)
@@ -117,8 +118,6 @@ def generate(kind: str, topology: str, instance: int, *, facts: tuple[int, int] 
              problems: tuple[str, ...] | None = None) -> World:
     """Instance ``instance`` of ``kind`` on ``topology`` (``facts``: the range of concepts per
     component; small ranges make instances a brute force can check)."""
-    from optimizers.gym.worlds import TEAM_SIZE, builtin_problems, components_of
-
     spec = KIND_SPECS[kind]
     name = f"{kind}-{topology}@{instance}"
     rng = random.Random(f"gym/{name}/{facts}")

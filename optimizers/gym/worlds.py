@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 
 from optimizers.gym.draws import Channel
+from optimizers.gym.slots import SLOTS, TEAM_SIZE, builtin_problems, components_of
 from optimizers.gym.world import Distractor, Fact, Synergy, World, spread_difficulties
 
 KINDS: tuple[str, ...] = ("credit", "joint", "noisy", "seed_optimal")
@@ -26,28 +27,7 @@ DEFAULT_TOPOLOGY: Mapping[str, str] = {
     "credit": "sequential", "joint": "centralized", "noisy": "decentralized", "seed_optimal": "independent",
 }
 DEFAULT_SUITE: tuple[tuple[str, str], ...] = tuple(DEFAULT_TOPOLOGY.items())
-TEAM_SIZE = 2  # the smallest team of every topology: cheap rollouts, still two roles where roles exist
 LEGACY = "legacy_"
-
-# (main, other) component of each topology at TEAM_SIZE.
-SLOTS: Mapping[str, tuple[str, str]] = {
-    "single": ("role/solver", "role/solver"),
-    "independent": ("role/coder", "role/coder"),
-    "sequential": ("role/debugger", "role/coder"),
-    "centralized": ("role/coder_worker", "role/manager"),
-    "decentralized": ("role/debater", "protocol/handoff"),
-}
-
-
-def components_of(topology: str) -> tuple[str, ...]:
-    main, other = SLOTS[topology]
-    return (main,) if main == other else (main, other)
-
-
-def builtin_problems() -> tuple[str, ...]:
-    from lcb.data import load_problems
-
-    return tuple(p.id for p in load_problems("builtin").problems)
 
 
 # ------------------------------------------------------------------------------------------------
