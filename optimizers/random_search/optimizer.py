@@ -57,9 +57,8 @@ class RandomSearchOptimizer(Optimizer):
         guard = RolloutGuard("random", params.max_unusable_rollouts)
         problems = list(train) or list(val)
         keys = sorted(k for k in seed.components if k.startswith(("role/", "protocol/")))
-        incumbent, history, idle, step = seed, [], 0, 0
+        incumbent, history, idle, step, committed = seed, [], 0, 0, False
         batch_size = min(params.minibatch, len(problems))
-        ctx.commit_incumbent(incumbent, None)
         while keys and problems and ctx.budget.remaining >= 2 * batch_size and idle < params.max_idle_steps:
             step += 1
             key = ctx.rng.choice(keys)
@@ -76,6 +75,9 @@ class RandomSearchOptimizer(Optimizer):
             guard.check([*ours, *theirs])
             if any(r.budget_exhausted for r in (*ours, *theirs)):
                 break
+            if not committed:  # the curve starts at the seed, with the score measured for it
+                ctx.commit_incumbent(incumbent, _solved(ours) / batch_size)
+                committed = True
             accepted = _solved(theirs) > _solved(ours)
             if accepted:
                 incumbent = child
