@@ -515,6 +515,20 @@ def _register_resolvers() -> None:
         OmegaConf.register_new_resolver("lcb_finished_jobs", _finished_jobs)
 
 
+def _own_launcher_configs() -> None:
+    """conf/hydra/launcher/submitit_*.yaml are the only definitions of those launchers: drop the
+    published plugin's same-named schemas once Hydra has scanned its plugins (else Hydra merges
+    them into our files and prints a deprecation warning three times)."""
+    from hydra.core.plugins import Plugins
+
+    Plugins.instance()  # the scan: every plugin module registers its configs now
+    try:
+        from hydra_plugins.lcb_grid_submitit.config import drop_shadowed_schemas
+    except ImportError:  # hydra-submitit-launcher not installed: nothing is shadowed
+        return
+    drop_shadowed_schemas()
+
+
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
 def _app(cfg: Any) -> dict[str, Any]:
     return run_task(cfg)
@@ -529,6 +543,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     sys.argv = [sys.argv[0], *overrides]
     _install_error_reporter()
     _register_resolvers()
+    _own_launcher_configs()
     try:
         _app()
     except KeyboardInterrupt:
