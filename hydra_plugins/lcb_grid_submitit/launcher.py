@@ -227,6 +227,25 @@ def _timed_out(started: float, timeout_min: float) -> bool:
     return time.time() - started >= min(limit * 0.8, limit - 600)
 
 
+def _freeze_writes_on_sigterm() -> None:
+    """SLURM signals every process of a job when it requeues, preempts or cancels it, the job's
+    sandboxed programs included: from the first SIGTERM on, the job writes nothing more (a program
+    killed under it is not a failed rollout; optimizers/journal.py). submitit's own handler (it logs
+    and keeps running, waiting for its requeue signal) still runs after ours."""
+    import signal
+
+    from optimizers.journal import freeze_writes
+
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def on_sigterm(signum: int, frame: Any) -> None:
+        freeze_writes()
+        if callable(previous):
+            previous(signum, frame)
+
+    signal.signal(signal.SIGTERM, on_sigterm)
+
+
 class _Launcher(upstream.BaseSubmititLauncher):
     def __init__(self, **params: Any) -> None:
         own = {key: params.pop(key) for key in OWN_KEYS if key in params}
@@ -239,11 +258,15 @@ class _Launcher(upstream.BaseSubmititLauncher):
 
     def __call__(self, *args: Any, **kwargs: Any) -> JobReturn:
         self._started = time.time()
+        _freeze_writes_on_sigterm()
         return super().__call__(*args, **kwargs)
 
     def checkpoint(self, *args: Any, **kwargs: Any) -> Any:
         """Requeue with the same arguments (the job resumes from its journals), unless this is a
         preemption beyond ``max_num_preemption`` (time-outs are counted by submitit itself)."""
+        from optimizers.journal import freeze_writes
+
+        freeze_writes()  # the job stops here: what it wrote so far is what it resumes from
         if not _timed_out(self._started, float(self.params.get("timeout_min") or 60)):
             self.preemptions += 1
             if self.preemptions > self.max_num_preemption:
