@@ -218,8 +218,16 @@ def _enter_test_process(job: dict, status_w: int, stdin: int, stdout: str, stder
     _lower_rlimit(resource.RLIMIT_FSIZE, job["output_limit_bytes"])
     if job["nproc_limit"]:  # RLIMIT_NPROC counts per user and is not enforced for root
         _lower_rlimit(resource.RLIMIT_NPROC, job["nproc_limit"])
-    if job["scope_tests"] and not _landlock.scope_self(_LANDLOCK_ABI):
+    if job["scope_tests"] and not _landlock.scope_self(job["landlock_abi"]):
         os._exit(125)  # confinement was promised for this job: never run unconfined
+
+
+def _stamp(stamps: list[float] | None, report: bool = False) -> None:
+    """With ``timings``: when a test process reached each step (entered, guarded, module live)."""
+    if stamps is not None:
+        stamps.append(time.monotonic())
+        if report:
+            _report({"stamps": stamps, "cpu_at_start": time.process_time()})
 
 
 def _lower_rlimit(which: int, value: int) -> None:
@@ -304,12 +312,16 @@ def _script_process(job: dict, code, status_w: int, index: int, input_fd: int) -
     """Run the program as ``python main.py`` would, with the prelude first. Never returns."""
     exit_code = 0
     graded = job["mode"] != "exec"
+    stamps = [time.monotonic()] if job["timings"] else None
     try:
         _enter_test_process(job, status_w, input_fd, STDOUT_FILE.format(index),
                             os.devnull if graded else STDERR_FILE.format(index))
+        _stamp(stamps)
         if job["guard"]:
             reliability_guard(job["folder"])
+        _stamp(stamps)
         namespace = _enter_module(job)
+        _stamp(stamps, report=True)
         exec(code, namespace)
     except SystemExit as exc:
         exit_code = _exit_code_of(exc)
@@ -326,6 +338,7 @@ def _script_process(job: dict, code, status_w: int, index: int, input_fd: int) -
 
 def _functional_process(job: dict, code, status_w: int, index: int, input_fd: int) -> None:
     """Call the method on this test's arguments and leave the encoded return value behind."""
+    stamps = [time.monotonic()] if job["timings"] else None
     try:
         _enter_test_process(job, status_w, input_fd, os.devnull, os.devnull)
         with open(0, encoding="utf-8", closefd=False) as fh:
@@ -333,9 +346,12 @@ def _functional_process(job: dict, code, status_w: int, index: int, input_fd: in
         quiet = os.open(os.devnull, os.O_RDONLY)
         os.dup2(quiet, 0)
         os.close(quiet)
+        _stamp(stamps)
         if job["guard"]:
             reliability_guard(job["folder"])
+        _stamp(stamps)
         namespace = _enter_module(job)
+        _stamp(stamps, report=True)
         exec(code, namespace)
         solution = namespace.get("Solution")
         target = solution() if isinstance(solution, type) else sys.modules["solution"]
@@ -414,6 +430,9 @@ def _children() -> list[int]:
 
 def kill_all_descendants(keep: frozenset[int] = frozenset()) -> None:
     """As subreaper, orphaned descendants become our children: kill and reap until none."""
+    if os.getpid() == 1 and not keep:
+        _kill_namespace()
+        return
     for _ in range(1000):
         try:
             while True:
@@ -432,6 +451,20 @@ def kill_all_descendants(keep: frozenset[int] = frozenset()) -> None:
                 except OSError:
                     pass
         time.sleep(0.001)
+
+
+def _kill_namespace() -> None:
+    """As init of our own PID namespace: every other process in it is ours to kill (kill(-1)
+    reaches exactly them), and each ends as our child (orphans are re-parented to init)."""
+    while True:
+        try:
+            os.kill(-1, signal.SIGKILL)
+        except OSError:
+            pass
+        try:
+            os.waitpid(-1, 0)  # each was just killed: this does not wait long
+        except ChildProcessError:
+            return
 
 
 _CPU_POLL_S = 0.02
@@ -541,21 +574,26 @@ def run_test(job: dict, code, index: int, input_fd: int, commands: socket.socket
     """Fork one test process and report how it ended (never the verdict). The input arrives
     as a descriptor that only the test process reads: the zygote never holds its content."""
     status_r, status_w = os.pipe()
-    began = time.monotonic()
+    began, began_cpu = time.monotonic(), time.process_time()
     pid = os.fork()
     if pid == 0:
         os.close(status_r)
         _PROCESSES[job["mode"]](job, code, status_w, index, input_fd)
         os._exit(1)  # not reached
+    forked = time.monotonic()
     os.close(status_w)
     os.close(input_fd)
     watched = _Watched(pid)
     state = watched.wait(began + job["wall_limit_s"], job["cpu_limit_s"], commands)
+    ended = time.monotonic()
     status, usage = watched.finish(kill=state != "exit")
     wall = time.monotonic() - began
     report = {"index": index, "state": state, "wall_s": round(wall, 6),
               "cpu_s": round(usage.ru_utime + usage.ru_stime, 6),
               "info": _status_info(_read_all(status_r))}
+    if job["timings"]:  # the zygote's side: fork called, fork returned, exit seen, reaped and cleaned
+        report["zygote_stamps"] = [began, forked, ended, time.monotonic()]
+        report["zygote_cpu_s"] = time.process_time() - began_cpu
     if os.WIFSIGNALED(status):
         report["signal"] = os.WTERMSIG(status)
     else:
@@ -580,18 +618,52 @@ def _unprivileged_can_run(folder: str) -> bool:
     return _BRIDGE[0] and _isolate.reachable_by_others(os.path.dirname(folder))
 
 
+_FROM_SERVER: list[list[str]] = []  # the namespaces the fork server gave this zygote (as root)
+
+
+def _enter_namespaces(job: dict) -> list[str]:
+    """Network, IPC and PID namespaces (see lcb/_isolate.py); the layers in force. As root the
+    fork server has prepared them (``ZygoteNamespaces``); otherwise, with a PID namespace, this
+    forks: the caller stays behind as the zygote's warden (its pid is the one the harness
+    watches and kills, its process group the zygote's) and only the zygote, init of the new
+    namespace, returns."""
+    if _FROM_SERVER:
+        return _FROM_SERVER[0]
+    if not job["namespaces"]:
+        return []
+    how, pid_ns = _isolate.enter_namespaces(pid=True)
+    if not how:
+        return []
+    layers = ["netns", "ipcns"] + (["pidns"] if pid_ns else []) + (["userns"] if how == "user" else [])
+    if pid_ns:
+        _become_init()
+    return layers
+
+
+def _become_init() -> None:
+    """Fork the zygote into the fresh PID namespace; the caller waits for it and leaves."""
+    zygote = os.fork()
+    if zygote == 0:
+        _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        return
+    os.closerange(3, 1 << 20)  # the job's channels are the zygote's alone: EOF comes when it ends
+    while True:
+        try:
+            os.waitpid(zygote, 0)
+            break
+        except ChildProcessError:
+            break
+    os._exit(0)
+
+
 def _least_privilege(job: dict, folder: str) -> list[str]:
-    """Namespaces, identity, capabilities, frozen rlimits (see lcb/_isolate.py); the layers in force."""
-    layers = []
-    if job["namespaces"]:
-        how = _isolate.enter_namespaces()
-        if how:
-            layers += ["netns", "ipcns"] + (["userns"] if how == "user" else [])
+    """Identity, capabilities, frozen rlimits (see lcb/_isolate.py); the layers in force."""
+    layers: list[str] = []
     if not job["drop_privileges"]:
         return layers
     bounding = _isolate.drop_bounding_set()
     if os.geteuid() == 0 and _unprivileged_can_run(folder):
-        uid = _isolate.unprivileged_id(os.getpid())
+        uid = _isolate.unprivileged_id(job["outer_pid"])  # not our pid: that is 1 in a PID namespace
         if _isolate.become_unprivileged(uid, folder):
             layers.append("unprivileged-uid")
     _isolate.clear_capabilities()
@@ -650,17 +722,21 @@ def _commands(commands: socket.socket):
         yield message.decode(errors="replace"), fds
 
 
-def run_job(job_path: str, commands_fd: int, emit: _Emitter) -> None:
+def _install_seccomp(job: dict) -> list[str]:
+    base, paired = bool(job["seccomp"]), bool(job["sockets_paired_only"])
+    if not (base or paired) or not _seccomp.install(base=base, sockets_paired_only=paired):
+        return []
+    return (["seccomp"] if base else []) + (["socketpair-only"] if paired else [])
+
+
+def run_job(job: dict, commands_fd: int, emit: _Emitter, layers: list[str], clock: _Clock) -> None:
     """The zygote: one program; one test process per "run INDEX" command (with its input)."""
-    emit("started", pid=os.getpid(), landlock=_LANDLOCK_ABI)
-    with open(job_path, encoding="utf-8") as fh:
-        job = json.load(fh)
     folder = job["folder"]
     os.chdir(folder)
     os.environ.update({"HOME": folder, "TMPDIR": folder, "TMP": folder, "TEMP": folder})
     _libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-    _set_limits(job)
-    layers = _least_privilege(job, folder)
+    layers = layers + _least_privilege(job, folder)
+    clock.lap("identity")
     job["nproc_limit"] = _nproc_limit()
     job["main_path"] = os.path.join(folder, "main.py")
     job["zygote_pid"] = os.getpid()
@@ -668,24 +744,31 @@ def run_job(job_path: str, commands_fd: int, emit: _Emitter) -> None:
         fh.write(job["code"])  # tracebacks show source lines
     if "numpy" in job["code"]:
         _warm_numpy()  # before reads are confined: numpy looks at /proc and /sys as it loads
-    _CHILDREN_FD[:] = [os.open(f"/proc/self/task/{os.getpid()}/children", os.O_RDONLY | os.O_CLOEXEC)]
+        clock.lap("numpy")
+    if os.getpid() != 1:  # init of a PID namespace finds its descendants without /proc
+        _CHILDREN_FD[:] = [os.open("/proc/thread-self/children", os.O_RDONLY | os.O_CLOEXEC)]
     # Once per program: writes, TCP, then reads and scopes in a nested domain. Each test process
     # adds only a scope-only domain of its own (cheap: no paths), so it cannot signal the zygote.
-    confined = bool(job["landlock"]) and _landlock.confine_writes(folder, _LANDLOCK_ABI) \
-        and _landlock.confine_reads(*readable_paths(folder), _LANDLOCK_ABI)
-    job["scope_tests"] = confined and _LANDLOCK_ABI >= _landlock.SCOPE_ABI
+    cap = job.get("landlock_abi_cap")  # LCB_SANDBOX_LANDLOCK_ABI: run as on an older kernel
+    abi = job["landlock_abi"] = _LANDLOCK_ABI if cap is None else min(_LANDLOCK_ABI, int(cap))
+    confined = bool(job["landlock"]) and _landlock.confine_writes(folder, abi) \
+        and _landlock.confine_reads(*readable_paths(folder), abi)
+    job["scope_tests"] = confined and abi >= _landlock.SCOPE_ABI
     if confined:
-        layers.append(f"landlock-{_LANDLOCK_ABI}")
-    if job["seccomp"] and _seccomp.install():
-        layers.append("seccomp")
+        layers.append(f"landlock-{abi}")
+    clock.lap("landlock")
+    layers += _install_seccomp(job)
+    clock.lap("seccomp")
     emit("confined", landlock=confined, reads=confined, layers=layers)
     code, wrapped = _compile(job, emit)
     if code is None:
         emit("done")
         return
+    clock.lap("compile")
     job["module"] = program_module(job)
     gc.freeze()  # test processes inherit these objects; a collection there must not touch (copy) them
-    emit("ready", wrapped=wrapped)
+    clock.lap("module")
+    emit("ready", wrapped=wrapped, **({"setup_s": clock.laps, "setup_cpu_s": clock.cpu_laps, "setup_began": clock.began} if job["timings"] else {}))
     commands = socket.socket(fileno=commands_fd)
     for command, fds in _commands(commands):
         name, _, argument = command.partition(" ")
@@ -694,7 +777,6 @@ def run_job(job_path: str, commands_fd: int, emit: _Emitter) -> None:
             if report["state"] == "stopped":
                 break
             emit("ran", **report)
-            kill_all_descendants()
         else:
             for fd in fds:
                 os.close(fd)
@@ -702,10 +784,49 @@ def run_job(job_path: str, commands_fd: int, emit: _Emitter) -> None:
     emit("done")
 
 
+class _Clock:
+    """Where a zygote's set-up spends its time (``--breakdown`` of benchmarks/perf/grading_speed.py)."""
+
+    def __init__(self) -> None:
+        self.laps: dict[str, float] = {}
+        self.cpu_laps: dict[str, float] = {}
+        self.began = self._last = time.monotonic()
+        self._last_cpu = time.process_time()
+
+    def lap(self, name: str) -> None:
+        now, cpu = time.monotonic(), time.process_time()
+        self.laps[name] = round(now - self._last, 6)
+        self.cpu_laps[name] = round(max(cpu - self._last_cpu, 0.0), 6)
+        self._last, self._last_cpu = now, cpu
+
+    def forked(self) -> None:
+        """In a forked child, whose CPU clock starts again at 0."""
+        self._last_cpu = 0.0
+
+
+def _host_pid() -> int:
+    """Our pid as the host sees it (/proc is the host's), also inside a PID namespace of our own."""
+    try:
+        return int(os.readlink("/proc/self"))
+    except (OSError, ValueError):
+        return os.getpid()
+
+
 def _zygote_main(job_path: str, result_fd: int, commands_fd: int) -> None:
     emit = _Emitter(result_fd)
     try:
-        run_job(job_path, commands_fd, emit)
+        emit("started", pid=os.getpid(), landlock=_LANDLOCK_ABI)
+        clock = _Clock()
+        with open(job_path, encoding="utf-8") as fh:
+            job = json.load(fh)
+        job["outer_pid"] = _host_pid()
+        _set_limits(job)
+        parent = os.getpid()
+        layers = _enter_namespaces(job)  # with a PID namespace, only the zygote comes back
+        if os.getpid() != parent:
+            clock.forked()
+        clock.lap("namespaces")
+        run_job(job, commands_fd, emit, layers, clock)
     except BaseException as exc:  # our bug or a hostile environment: say so, never hang
         emit("error", detail=f"{type(exc).__name__}: {_clip(str(exc), 1000)}\n"
                             f"{_clip(traceback.format_exc(), 3000)}")
@@ -730,6 +851,7 @@ def serve(sock_fd: int) -> None:
     _libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     sock = socket.socket(fileno=sock_fd)
     zygotes: dict[int, str] = {}  # pid -> the job's folder
+    namespaces = _isolate.ZygoteNamespaces()
     while True:
         ready, _, _ = select.select([sock], [], [], 1.0)
         if ready:
@@ -743,12 +865,19 @@ def serve(sock_fd: int) -> None:
                 for fd in fds:
                     os.close(fd)
                 continue
+            job_path, _, wants = message.decode().partition("\n")
+            _reap(zygotes, namespaces)  # first: a network namespace may have come free
+            net = namespaces.before_fork() if wants == "namespaces" else None
             pid = os.fork()
             if pid == 0:
                 sock.close()
                 os.setsid()
                 _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-                _zygote_main(message.decode(), fds[0], fds[1])
+                if net is not None:
+                    _FROM_SERVER.append(namespaces.in_zygote(net))
+                _zygote_main(job_path, fds[0], fds[1])
+            if net is not None:
+                namespaces.after_fork(pid, net)
             # Tell the harness the zygote's pid ourselves: it can then kill a zygote that
             # never got as far as reporting (a small write to a fresh pipe does not block).
             try:
@@ -757,8 +886,8 @@ def serve(sock_fd: int) -> None:
                 pass
             os.close(fds[0])
             os.close(fds[1])
-            zygotes[pid] = os.path.dirname(message.decode())
-        _reap(zygotes)
+            zygotes[pid] = os.path.dirname(job_path)
+        _reap(zygotes, namespaces)
     for pid in zygotes:
         try:
             os.killpg(pid, signal.SIGKILL)
@@ -770,13 +899,14 @@ def serve(sock_fd: int) -> None:
             shutil.rmtree(folder, ignore_errors=True)
 
 
-def _reap(zygotes: dict[int, str]) -> None:
+def _reap(zygotes: dict[int, str], namespaces: _isolate.ZygoteNamespaces) -> None:
     try:
         while True:
             pid, _status = os.waitpid(-1, os.WNOHANG)
             if pid == 0:
                 break
             zygotes.pop(pid, None)
+            namespaces.reaped(pid)  # init of its PID namespace: everything of that program is gone
     except ChildProcessError:
         return
     # Children that are not zygotes are orphans of a dead zygote's tests: kill them.

@@ -4,9 +4,12 @@ Once per program, in the zygote, before any model-written code runs:
 
 1. **Namespaces**: a fresh network namespace (its only interface a loopback that is down, so
    no UDP, TCP, raw, packet or netlink traffic goes anywhere, and its own abstract unix socket
-   names) and a fresh IPC namespace (System V shared memory, semaphores, message queues and
-   POSIX message queues of its own). As root directly; otherwise inside a new user namespace
-   where the kernel allows unprivileged ones.
+   names), a fresh IPC namespace (System V shared memory, semaphores, message queues and
+   POSIX message queues of its own) and a fresh PID namespace whose init is the zygote (a
+   program sees, and can signal, only its own processes, whatever Landlock offers; the
+   zygote, as init, ignores every signal from inside but those it handles; when it ends, the
+   kernel kills everything left in it). As root directly; otherwise inside a new user
+   namespace where the kernel allows unprivileged ones.
 2. **Identity**: as root, an unprivileged uid and gid of its own (``UID_BASE`` + the zygote's
    pid modulo ``UID_SPAN``, so programs graded at the same time do not share a uid), with no
    supplementary groups; the job folder is handed to it.
@@ -33,6 +36,7 @@ import stat
 CLONE_NEWNS = 0x00020000
 CLONE_NEWIPC = 0x08000000
 CLONE_NEWUSER = 0x10000000
+CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
 _PR_CAPBSET_DROP = 24
 _PR_SET_NO_NEW_PRIVS = 38
@@ -59,21 +63,113 @@ def _write(path: str, text: str) -> None:
 # ---------------------------------------------------------------- namespaces
 
 
-def enter_namespaces() -> str:
-    """A fresh network and IPC namespace for the caller: "" if none could be had, else how
-    ("root" or "user": via an unprivileged user namespace)."""
-    if os.geteuid() == 0 and _libc.unshare(CLONE_NEWNET | CLONE_NEWIPC) == 0:
-        return "root"
+def enter_namespaces(pid: bool = True) -> tuple[str, bool]:
+    """A fresh network and IPC namespace for the caller and, with ``pid``, a fresh PID namespace
+    for the children it forks next (the first becomes its init): (how, whether the PID namespace
+    came too). ``how`` is "" if no namespace could be had, else "root" or "user" (via an
+    unprivileged user namespace)."""
+    base = CLONE_NEWNET | CLONE_NEWIPC
+    tries = (base | CLONE_NEWPID, base) if pid else (base,)
+    if os.geteuid() == 0:
+        for flags in tries:
+            if _libc.unshare(flags) == 0:
+                return "root", bool(flags & CLONE_NEWPID)
     uid, gid = os.geteuid(), os.getegid()
-    if _libc.unshare(CLONE_NEWUSER | CLONE_NEWNET | CLONE_NEWIPC) != 0:
-        return ""
+    for flags in tries:
+        if _libc.unshare(CLONE_NEWUSER | flags) == 0:
+            break
+    else:
+        return "", False
     try:  # map ourselves onto ourselves: same uid, no root inside
         _write("/proc/self/setgroups", "deny")
         _write("/proc/self/uid_map", f"{uid} {uid} 1\n")
         _write("/proc/self/gid_map", f"{gid} {gid} 1\n")
     except OSError:
         pass  # unmapped ids read as "nobody"; the namespaces themselves are in force
-    return "user"
+    return "user", bool(flags & CLONE_NEWPID)
+
+
+def setns(fd: int, kind: int) -> bool:
+    return _libc.setns(fd, kind) == 0
+
+
+class ZygoteNamespaces:
+    """As root, the fork server's share of the namespaces (cheaper than a warden per program):
+
+    * a PID namespace per zygote without an extra process: ``unshare(CLONE_NEWPID)`` before the
+      fork (the zygote becomes init of a fresh one), then ``setns`` back to our own, so the next
+      unshare is allowed again;
+    * network namespaces reused: creating one and tearing it down costs milliseconds of kernel
+      time per program. A namespace whose program has ended (its init is reaped, so every
+      process of it is gone, and with them every socket) goes back to the pool and serves the
+      next program; two programs graded at the same time never share one.
+
+    ``usable`` is False where we are not root or the kernel refuses any of it: the zygote then
+    makes its own namespaces (``enter_namespaces``, with a warden for the PID namespace).
+    """
+
+    def __init__(self) -> None:
+        self.free: list[int] = []  # network namespaces no live program uses
+        self.busy: dict[int, int] = {}  # zygote pid -> its network namespace
+        self.usable = False
+        if os.geteuid() != 0:
+            return
+        try:
+            self._own_pid = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
+            self._own_net = os.open("/proc/self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return
+        self.usable = True
+
+    def _network(self) -> int | None:
+        if self.free:
+            return self.free.pop()
+        if _libc.unshare(CLONE_NEWNET) != 0:
+            return None
+        try:
+            return os.open("/proc/self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+        finally:
+            if not setns(self._own_net, CLONE_NEWNET):
+                raise OSError("cannot return to the fork server's network namespace")
+
+    def before_fork(self) -> int | None:
+        """The network namespace for the next zygote, with the PID namespace prepared; None
+        (nothing prepared) where that fails."""
+        if not self.usable:
+            return None
+        net = self._network()
+        if net is None:
+            self.usable = False
+            return None
+        if _libc.unshare(CLONE_NEWPID) != 0:
+            self.free.append(net)
+            self.usable = False
+            return None
+        return net
+
+    def after_fork(self, pid: int, net: int) -> None:
+        """In the server: our own PID namespace for the children after this one again."""
+        if not setns(self._own_pid, CLONE_NEWPID):
+            self.usable = False
+        self.busy[pid] = net
+
+    def in_zygote(self, net: int) -> list[str]:
+        """In the fresh zygote (init of its PID namespace): the network namespace from the pool,
+        an IPC namespace of its own (System V objects outlive processes: never reused). The
+        pool's descriptors are closed here."""
+        joined = setns(net, CLONE_NEWNET)
+        for fd in [self._own_pid, self._own_net, *self.free, *self.busy.values(), net]:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        ipc = _libc.unshare(CLONE_NEWIPC) == 0
+        return (["netns"] if joined else []) + (["ipcns"] if ipc else []) + ["pidns"]
+
+    def reaped(self, pid: int) -> None:
+        net = self.busy.pop(pid, None)
+        if net is not None:
+            self.free.append(net)
 
 
 # ---------------------------------------------------------------- identity

@@ -286,10 +286,47 @@ def _hidden_tests(
 # --------------------------------------------------------------------------- loading
 
 
-def _matches(row: Mapping[str, Any], difficulty: str | None, platform: str | None) -> bool:
+_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+
+
+@dataclass(frozen=True, slots=True)
+class DateWindow:
+    """Contest dates strictly after ``after`` and strictly before ``before`` (ISO days).
+
+    lcb_runner's ``--start_date S --end_date E`` (both inclusive) is ``after`` = the day before S and
+    ``before`` = the day after E. "After a model's cutoff" is ``after=<cutoff>``: the cutoff day
+    itself is not after it. A row without a contest date is outside every bounded window.
+    """
+
+    after: str | None = None
+    before: str | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("after", "before"):
+            value = getattr(self, name)
+            if value is not None and not _DATE.match(value):
+                raise DataError(f"{name} must be an ISO date YYYY-MM-DD, not {value!r}")
+
+    @property
+    def bounded(self) -> bool:
+        return self.after is not None or self.before is not None
+
+    def contains(self, contest_date: str) -> bool:
+        day = str(contest_date or "")[:10]
+        if not _DATE.match(day):
+            return not self.bounded
+        if self.after is not None and day <= self.after:
+            return False
+        return self.before is None or day < self.before
+
+
+def _matches(row: Mapping[str, Any], difficulty: str | None, platform: str | None,
+             window: DateWindow | None = None) -> bool:
     if difficulty is not None and str(row.get("difficulty", "")).lower() != difficulty.lower():
         return False
     if platform is not None and str(row.get("platform", "")).lower() != platform.lower():
+        return False
+    if window is not None and not window.contains(str(row.get("contest_date") or "")):
         return False
     return True
 
@@ -347,16 +384,20 @@ def load_problems(
     platform: str | None = None,
     cache_dir: Path | None = None,
     decode_private: bool = True,
+    after: str | None = None,
+    before: str | None = None,
 ) -> LoadResult:
     """Load problems in file order (or, with ``only``, in the order of ``only``).
 
     Filters apply before any hidden test is decoded: ``only`` ids (which lifts ``limit``),
-    ``difficulty``, ``platform``, then the ``offset``/``limit`` window over the matching rows.
+    ``difficulty``, ``platform``, the contest-date window (``after``/``before``: see
+    ``DateWindow``), then the ``offset``/``limit`` window over the matching rows.
     Rows without usable tests are skipped and counted; with ``only`` a requested row whose
     hidden tests cannot be decoded is an error, as are ids that are not in the data.
     """
     if offset < 0 or (limit is not None and limit < 0):
         raise DataError("offset and limit must be non-negative")
+    window = DateWindow(after, before)
     if source == "hf":
         release_files(release)  # fail on a bad tag before touching the network
     wanted_order = list(dict.fromkeys(str(i) for i in only)) if only is not None else None
@@ -368,7 +409,7 @@ def load_problems(
         else None
     )
     if wanted_order is not None:
-        return _load_only(src, wanted_order, offset, difficulty, platform, cache, decode_private)
+        return _load_only(src, wanted_order, offset, difficulty, platform, cache, decode_private, window)
 
     problems: list[Problem] = []
     reasons: list[str] = []
@@ -376,7 +417,7 @@ def load_problems(
     if limit == 0:
         return LoadResult((), 0, (), src.description)
     for row in src.rows:
-        if not _matches(row, difficulty, platform):
+        if not _matches(row, difficulty, platform, window):
             continue
         seen += 1
         if seen <= offset:
@@ -398,6 +439,7 @@ def _load_only(
     platform: str | None,
     cache: _TestCache | None,
     decode_private: bool,
+    window: DateWindow | None = None,
 ) -> LoadResult:
     if not wanted_order:
         return LoadResult((), 0, (), src.description)
@@ -409,7 +451,7 @@ def _load_only(
         if qid not in pending:
             continue
         pending.discard(qid)
-        if _matches(row, difficulty, platform):
+        if _matches(row, difficulty, platform, window):
             try:
                 found[qid] = _build_problem(row, cache, decode_private)
             except _Undecodable as exc:

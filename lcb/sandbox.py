@@ -14,12 +14,17 @@ What a child gets (see lcb/_child.py for the child side):
   count for non-root users; every hard limit lowered to its soft one, so none can be raised;
 * least privilege, once per program (lcb/_isolate.py): a fresh network namespace (only a
   loopback that is down: no UDP, TCP, raw, packet or netlink traffic goes anywhere; abstract
-  unix socket names of its own) and IPC namespace (System V and POSIX IPC of its own), via an
-  unprivileged user namespace when we are not root; as root, an unprivileged uid and gid of
+  unix socket names of its own), IPC namespace (System V and POSIX IPC of its own) and PID
+  namespace (the zygote is its init: a program sees and signals only its own processes), via
+  an unprivileged user namespace when we are not root; as root, an unprivileged uid and gid of
   its own with no supplementary groups; no capabilities (bounding set empty) and
   ``no_new_privs``;
 * a seccomp filter (lcb/_seccomp.py): no sockets but AF_UNIX, no new namespaces, no ptrace,
-  io_uring, bpf, perf, key ring or mounts;
+  pidfd_getfd, io_uring, bpf, perf, key ring or mounts; and as a layer of its own
+  (``socketpair-only``) no ``socket``, ``connect`` or ``bind`` at all: a program's only sockets
+  are connected pairs from ``socketpair`` (pipes too), so no unix socket that a process of the
+  host listens on at a path (ssh agent, D-Bus, docker, X11, another graded program) is
+  reachable, whether we run as root or not;
 * Landlock where the kernel has it, once per program: writes only inside the working folder,
   reads only of the interpreter, its libraries and the working folder, no TCP; per test a
   scope-only domain (ABI 6+): no signals to and no abstract unix sockets of processes outside
@@ -34,9 +39,10 @@ back as ``SandboxRun.layers`` and go into every verdict, record and ``lcb.evalua
 Known limits (documented, not hidden): without Landlock, files stay readable, and a process of
 the harness's own user (a grader not running as root, so without the uid switch) can read
 other processes' memory and environment through /proc (the harness's included, so the
-expected outputs too: tests/lcb/test_answer_peeking.py shows it with the layers off) and take
-descriptors from its zygote (pidfd_getfd: the next queued test's input); without Landlock ABI 6
-a test process can signal its own zygote (which ends the run as a sandbox error, never a pass).
+expected outputs too: tests/lcb/test_answer_peeking.py shows it with the layers off); without
+Landlock ABI 6 and without a PID namespace a test process can signal its own zygote (which ends
+the run as a sandbox error, never a pass). ``LCB_SANDBOX_LANDLOCK_ABI`` caps the Landlock ABI
+used (``5``: as on a kernel without scoping), so the tests can show what holds there.
 As root, where the interpreter lies below a folder others cannot enter (a Python under
 /root), the fork server covers that folder with an empty tmpfs in a mount namespace of its own
 and binds the interpreter's folders back, so the unprivileged uid can run it; where even that
@@ -94,6 +100,25 @@ def memory_limit_bytes() -> int:
     return value
 
 
+LANDLOCK_ABI_ENV = "LCB_SANDBOX_LANDLOCK_ABI"
+
+
+def landlock_abi_cap() -> int | None:
+    """The highest Landlock ABI the sandbox may use: env ``LCB_SANDBOX_LANDLOCK_ABI`` (unset: the
+    kernel's). ``5`` runs as on a kernel without scoping (e.g. Linux 6.8): the tests use it to show
+    that two programs still cannot reach each other there."""
+    raw = os.environ.get(LANDLOCK_ABI_ENV, "").strip()
+    if not raw:
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        raise LcbError(f"{LANDLOCK_ABI_ENV} must be an integer Landlock ABI version (0 disables), got {raw!r}") from None
+    if value < 0:
+        raise LcbError(f"{LANDLOCK_ABI_ENV} must not be negative, got {value}")
+    return value
+
+
 def scrubbed_env() -> dict[str, str]:
     """The whole environment a child sees; nothing is inherited from ours."""
     python_dir = os.path.dirname(sys.executable)
@@ -119,8 +144,10 @@ class SandboxJob:
     ``fn_name`` with JSON arguments) or ``exec`` (run once, capture stdout/stderr).
     ``timeout_s`` is CPU time per test; ``wall_limit_s`` the wall-clock backstop (default
     ``3 * timeout_s + 5``). ``landlock=False`` runs without Landlock, as on kernels without it;
-    ``namespaces``, ``drop_privileges`` and ``seccomp`` switch the other layers (lcb/_isolate.py,
-    lcb/_seccomp.py) the same way: off only to show, in tests, what each one stops.
+    ``namespaces``, ``drop_privileges``, ``seccomp`` and ``sockets_paired_only`` switch the other
+    layers (lcb/_isolate.py, lcb/_seccomp.py) the same way: off only to show, in tests, what each
+    one stops. ``timings``: the zygote and the harness report where they spend their time (for
+    ``benchmarks/perf/grading_speed.py --breakdown``).
     ``wrap_top_level``: stdin programs' top-level statements run as a function body (fast
     locals, as officially; see lcb/_script.py).
     """
@@ -142,6 +169,8 @@ class SandboxJob:
     namespaces: bool = True
     drop_privileges: bool = True
     seccomp: bool = True
+    sockets_paired_only: bool = True
+    timings: bool = False
 
     @property
     def wall_s(self) -> float:
@@ -167,6 +196,8 @@ class SandboxJob:
             "output_limit_bytes": self.output_limit_bytes, "guard": self.guard, "prelude": self.prelude,
             "backstop_s": self.backstop_s, "landlock": self.landlock, "wrap_top_level": self.wrap_top_level,
             "namespaces": self.namespaces, "drop_privileges": self.drop_privileges, "seccomp": self.seccomp,
+            "sockets_paired_only": self.sockets_paired_only, "landlock_abi_cap": landlock_abi_cap(),
+            "timings": self.timings,
         }
 
 
@@ -215,15 +246,17 @@ class _ForkServer:
             theirs.close()
         self._sock = ours
 
-    def submit(self, job_path: str, fds: list[int]) -> None:
-        """Hand a job and its pipes (results, commands) to the server; restart it once if it died."""
+    def submit(self, job_path: str, fds: list[int], namespaces: bool = True) -> None:
+        """Hand a job and its pipes (results, commands) to the server; restart it once if it died.
+        ``namespaces``: whether the server prepares the zygote's namespaces (where it can)."""
+        message = f"{job_path}\n{'namespaces' if namespaces else '-'}".encode()
         with self._lock:
             for attempt in range(2):
                 if self._proc is None or self._proc.poll() is not None:
                     self._close_locked()
                     self._start()
                 try:
-                    socket.send_fds(self._sock, [job_path.encode()], fds)
+                    socket.send_fds(self._sock, [message], fds)
                     return
                 except OSError:
                     self._close_locked()
@@ -340,8 +373,9 @@ class _EventStream:
                 continue
             if isinstance(event, dict):
                 self.events.append(event)
-                if event.get("event") == "started" and self._zygote is None:
-                    self._watch(int(event["pid"]))
+                pid = event.get("pid")  # never a pid from inside a PID namespace (there the zygote is 1)
+                if event.get("event") == "started" and self._zygote is None and isinstance(pid, int) and pid > 1:
+                    self._watch(pid)
 
     def _watch(self, pid: int) -> None:
         self._zygote = pid
@@ -409,7 +443,10 @@ def _drive(job: SandboxJob, folder: str, stream: _EventStream, commands: socket.
                 if not stream.closed and not stream.backstop_hit:
                     stream.kill()
                 return verdicts
+            seen = time.monotonic()
             verdicts.append(judge_test(index, judge.Ran.from_event(event), expected, folder, job.limits))
+            if job.timings:  # when the report came in, and how long judging it took
+                verdicts[-1]["harness_stamps"] = [seen, time.monotonic()]
             if verdicts[-1].get("outcome") in judge.STOPPING:
                 break
             if sent < len(job.tests):
@@ -428,7 +465,7 @@ def _run_via_server(job_path: str, job: SandboxJob, folder: str, deadline: float
     result_r, result_w = os.pipe()
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     try:
-        _SERVER.submit(job_path, [result_w, theirs.fileno()])
+        _SERVER.submit(job_path, [result_w, theirs.fileno()], job.namespaces)
     except BaseException:
         ours.close()
         raise
@@ -489,13 +526,17 @@ def run_in_sandbox(job: SandboxJob, *, use_fork_server: bool = True) -> SandboxR
             json.dump(job.to_wire(folder), fh)
         deadline = began + job.backstop_s
         run = _run_via_server if use_fork_server else _run_one_shot
+        submitted = time.monotonic()
         try:
             events, backstop_hit = run(job_path, job, folder, deadline)
         except OSError as exc:
             return SandboxRun((), error=f"could not start the sandbox: {exc}",
                               duration_s=time.monotonic() - began)
+        ended = time.monotonic()
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+    if job.timings:  # began, job handed to the server, last event in, folder removed
+        events = [*events, {"event": "harness", "stamps": [began, submitted, ended, time.monotonic()]}]
     errors = [e.get("detail", "") for e in events if e.get("event") == "error"]
     finished = any(e.get("event") == "done" for e in events)
     error = errors[0] if errors else "" if finished or backstop_hit else "the sandbox ended without reporting"

@@ -7,9 +7,14 @@ Two selection rules for the matched-compute single-agent baselines:
   sandbox, group programs whose outputs agree on every input, and submit a program of the
   largest group. Two programs that differ only in names, comments or layout land in one group;
   two identical-looking programs that print different things do not.
-* ``examples_check``: what an agent can check itself with ``python_exec``: run each program on
-  the statement's examples and compare with the expected outputs shown there; submit a program
-  that passes the most examples (ties: the larger behavioural group, then the earlier sample).
+* ``examples_check``: the check an agent makes itself with its ``python_exec`` tool
+  (``lcb.tools.python_exec``: same sandbox, guard off, prelude on, exactly what the agents call):
+  run each program on each of the statement's examples and compare what it prints with the
+  expected output shown there (stdin problems: the official line comparator; LeetCode-style
+  problems: a driver that feeds the example's JSON arguments to ``Solution().<fn_name>`` and
+  prints the JSON of what it returns, compared as JSON values, as an agent would); submit a
+  program that passes the most examples (ties: the larger behavioural group, then the earlier
+  sample).
 
 Programs are run once per distinct text. No hidden test is ever touched here.
 """
@@ -20,9 +25,11 @@ import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from lcb.compare import stripped_lines
-from lcb.grading import grade
-from lcb.problem import Problem, TestKind, TestSelection
+import json
+
+from lcb import tools
+from lcb.compare import outputs_match, stripped_lines
+from lcb.problem import Problem, TestCase, TestKind
 from lcb.sandbox import SandboxJob, memory_limit_bytes, run_in_sandbox
 
 VOTE_TIMEOUT_S = 6.0
@@ -133,10 +140,44 @@ def behavioural_vote(problem: Problem, programs: Sequence[str | None], *,
     return VoteResult(chosen, groups, tuple(_ran(s) for s in signatures))
 
 
+# Appended to a LeetCode-style program so python_exec can run it on one example: the example's
+# input is one JSON value per line per argument (LCB's functional format).
+_FUNCTIONAL_DRIVER = """
+
+import json as _lcb_json, sys as _lcb_sys
+_lcb_args = [_lcb_json.loads(_l) for _l in _lcb_sys.stdin.read().split("\\n") if _l.strip()]
+print(_lcb_json.dumps(getattr(Solution(), {fn_name!r})(*_lcb_args)))
+"""
+
+
+def _json_equal(got: str, expected: str) -> bool:
+    try:
+        return json.loads(got) == json.loads(expected)
+    except ValueError:
+        return False
+
+
+def example_passes(problem: Problem, code: str, case: TestCase, *, timeout_s: float = VOTE_TIMEOUT_S) -> bool:
+    """One example checked the way an agent does it: one ``python_exec`` call, then compare."""
+    functional = problem.mode is TestKind.FUNCTIONAL
+    program = code + _FUNCTIONAL_DRIVER.format(fn_name=problem.fn_name) if functional else code
+    result = tools.python_exec(program, case.input, timeout_s)
+    if result.exit_code != 0 or result.timed_out or result.truncated:
+        return False
+    return _json_equal(result.stdout, case.output) if functional else outputs_match(result.stdout, case.output)
+
+
+def examples_passed(problem: Problem, code: str | None, *, timeout_s: float = VOTE_TIMEOUT_S) -> int:
+    """How many of the statement's examples ``code`` passes under the agent's own checks."""
+    if code is None or not code.strip():
+        return 0
+    return sum(example_passes(problem, code, case, timeout_s=timeout_s) for case in problem.public_tests)
+
+
 def examples_check(problem: Problem, programs: Sequence[str | None], *,
                    timeout_s: float = VOTE_TIMEOUT_S) -> VoteResult:
-    """Best-of-N by the statement's examples: most examples passed, then the larger behaviour
-    group, then the earlier sample."""
+    """Best-of-N by the agent's own ``python_exec`` checks on the statement's examples: most
+    examples passed, then the larger behaviour group, then the earlier sample."""
     vote = behavioural_vote(problem, programs, timeout_s=timeout_s)
     total = len(problem.public_tests)
     passed_by_text: dict[str, int] = {}
@@ -147,7 +188,7 @@ def examples_check(problem: Problem, programs: Sequence[str | None], *,
             continue
         key = _text_key(code)
         if key not in passed_by_text:
-            passed_by_text[key] = grade(problem, code, tests=TestSelection.PUBLIC, timeout_s=timeout_s).passed
+            passed_by_text[key] = examples_passed(problem, code, timeout_s=timeout_s)
         passed.append(passed_by_text[key])
     rank_of_group = {index: rank for rank, group in enumerate(vote.groups) for index in group}
     candidates = [i for i in range(len(programs)) if i in rank_of_group]

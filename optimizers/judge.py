@@ -98,8 +98,11 @@ class Judge:
         probe_decoding: Mapping[str, Any] | None = None,
         thinking_off: bool = False,
         max_consecutive_failures: int = 5,
+        judge_system: str | None = None,
     ) -> None:
         self.temperature = temperature
+        # The method's own system text for judge calls ("" none; None: JUDGE_SYSTEM with its tag).
+        self.judge_system = judge_system
         self.max_tokens = max_tokens
         probe = dict(probe_decoding or {})
         self.probe_temperature = float(probe.get("temperature", temperature))
@@ -123,7 +126,8 @@ class Judge:
 
     async def score(self, prompt: str) -> float:
         """A 0-1 rating; ``NEUTRAL_SCORE`` when the call failed or the reply has no number."""
-        reply = await self._ask(prompt, purpose="judge", temperature=self.temperature, max_tokens=self.max_tokens)
+        reply = await self._ask(prompt, purpose="judge", temperature=self.temperature, max_tokens=self.max_tokens,
+                                system=self.judge_system)
         return parse_score(reply)
 
     async def prefer(self, candidate: str, parent: str, render: Callable[[str, str], str]) -> float:
@@ -136,7 +140,7 @@ class Judge:
         if neutral_pair(candidate, parent):
             return 0.5
         reply = await self._ask(render(candidate.strip(), parent.strip()), purpose="judge",
-                                temperature=self.temperature, max_tokens=self.max_tokens)
+                                temperature=self.temperature, max_tokens=self.max_tokens, system=self.judge_system)
         return 1.0 if parse_verdict(reply) == "A" else 0.0
 
     async def probe(self, role_prompt: str, context: str) -> str:
@@ -154,7 +158,7 @@ class Judge:
 
 def judge_from_context(
     ctx: Any, method: str, *, model: str, temperature: float, max_tokens: int | None,
-    probe: Mapping[str, Any] | None = None, thinking_off: bool = False,
+    probe: Mapping[str, Any] | None = None, thinking_off: bool = False, judge_system: str | None = None,
 ) -> Judge:
     """The judge of a method on the job's task model (``model="task"``) or reflection model;
     ``max_tokens`` None: the reflection decoding's limit."""
@@ -167,7 +171,7 @@ def judge_from_context(
         decoding = getattr(ctx, "reflection_decoding", None)
         max_tokens = int(getattr(decoding, "max_tokens", DEFAULT_DECODING["max_tokens"]))
     return Judge(client, method=method, workdir=ctx.workdir, seed=ctx.seed, temperature=temperature,
-                 max_tokens=max_tokens, probe_decoding=probe, thinking_off=thinking_off)
+                 max_tokens=max_tokens, probe_decoding=probe, thinking_off=thinking_off, judge_system=judge_system)
 
 
 def uncharged_calls_from(usage: Mapping[str, Any]) -> dict[str, dict[str, int]]:

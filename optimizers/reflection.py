@@ -159,7 +159,8 @@ class ReflectionModel:
         """The reply text, or None when the call failed (after the client's own retries).
 
         ``system`` replaces the purpose's system prompt (e.g. a probe that runs a candidate role
-        prompt as the system message); it is part of the journal key. ``keep_cut``: a reply cut at
+        prompt as the system message, a method's own system text); ``""`` sends no system
+        message at all (``optimizers.surfaces.NO_SYSTEM``). It is part of the journal key. ``keep_cut``: a reply cut at
         the token limit is returned (counted as truncated, not failed). ``extra_body``: request
         fields for the endpoint (e.g. vLLM's ``chat_template_kwargs``)."""
         system = self.system_for(purpose) if system is None else system
@@ -183,7 +184,7 @@ class ReflectionModel:
         try:
             message = await self.client.complete(
                 f"reflection/{self.method}/{purpose}",
-                [{"role": "system", "content": system}, {"role": "user", "content": prompt}],
+                [*([{"role": "system", "content": system}] if system else []), {"role": "user", "content": prompt}],
                 decoding=decoding,
                 **({"extra_body": dict(extra_body)} if extra_body else {}),
             )
@@ -396,6 +397,26 @@ def render_trace(
         out.append(text)
         size += len(text)
     return "\n\n".join(reversed(out))
+
+
+def tagged_message(message: Mapping[str, Any]) -> dict[str, Any]:
+    """One message of a trajectory as the reflection model reads it: who sent it (role prompt and
+    agent), what kind it is and its whole content (tool calls and a cut-off flag when present)."""
+    out: dict[str, Any] = {"source": str(message.get("source", "")), "kind": str(message.get("kind", ""))}
+    if message.get("agent") and message.get("agent") != message.get("source"):
+        out["agent"] = str(message["agent"])
+    out["content"] = str(message.get("content", "") or "")
+    if message.get("tool_calls"):
+        out["tool_calls"] = message["tool_calls"]
+    if message.get("finish_reason") == TRUNCATED:
+        out["cut_at_token_limit"] = True
+    return out
+
+
+def team_trajectory(trace: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Every message the team saw or wrote, in order, whole; system messages (the candidate's
+    own prompts, which the proposal prompt already shows) are left out."""
+    return [tagged_message(m) for m in trace if m.get("kind") != "system"]
 
 
 def _first_user(trace: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:

@@ -28,7 +28,7 @@ from topologies import aio
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 FORMATS = ("freeform", "semi_structured", "structured_soft")
-SELECTION_FLAGS = ("only", "limit", "offset", "difficulty", "platform", "data", "release")
+SELECTION_FLAGS = ("only", "limit", "offset", "difficulty", "platform", "data", "release", "after", "before")
 TABLE_MAX_ROWS = 60  # longer batches get the summary lines only on stderr
 
 
@@ -57,6 +57,12 @@ def build_parser(topology: str, prog: str | None = None) -> argparse.ArgumentPar
     data.add_argument("--offset", type=int, help="skip the first K matching problems")
     data.add_argument("--difficulty", choices=("easy", "medium", "hard"))
     data.add_argument("--platform", choices=("atcoder", "codeforces", "leetcode"))
+    data.add_argument("--after", metavar="YYYY-MM-DD",
+                      help="problems whose contest date is strictly after this day (lcb_runner's "
+                           "--start_date S is --after <the day before S>)")
+    data.add_argument("--before", metavar="YYYY-MM-DD",
+                      help="problems whose contest date is strictly before this day (lcb_runner's "
+                           "--end_date E is --before <the day after E>)")
     data.add_argument("--tests", choices=("hidden", "public", "all"), default="hidden",
                       help="which tests grade a program (default hidden)")
     team = parser.add_argument_group("team")
@@ -134,7 +140,8 @@ def load(args: argparse.Namespace) -> Any:
     if not is_batch(args):
         return load_problems("builtin", only=list(DEMO_IDS))
     options: dict[str, Any] = {"only": args.only, "offset": args.offset or 0, "limit": args.limit,
-                               "difficulty": args.difficulty, "platform": args.platform}
+                               "difficulty": args.difficulty, "platform": args.platform,
+                               "after": args.after, "before": args.before}
     if args.release:
         options["release"] = args.release
     return load_problems(args.data or "builtin", **options)

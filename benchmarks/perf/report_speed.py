@@ -14,6 +14,12 @@ how busy the machine was, so the target is checked against the smaller of the tw
 
 Prints one JSON line (build seconds, report wall and CPU seconds, pages written, page sizes); exit 1 when the
 report misses the target.
+
+``--with-baselines`` adds what issue 30's panels read: both matched-compute baselines
+(``self_consistency``, ``best_of_n``; test only, tokens per problem, N) on every condition of the
+grid with every grid seed, and a transfer job (``--deploy-from``: qwen's deployed prompts on
+llama) for every qwen grid job whose condition the grid also runs on llama. The "team vs matched
+single agent" and "transfer matrix" panels are then full, not idle.
 """
 
 from __future__ import annotations
@@ -154,13 +160,77 @@ def write_job(root: Path, cell: cells.GridCell, seed: int, rng: random.Random) -
                                                               "valid_for_aggregation")}})
 
 
-def build(root: Path) -> int:
+def _reseal(path: Path, **extra: Any) -> None:
+    from optimizers.journal import read_sealed
+
+    record = read_sealed(path)
+    record.pop("sha256", None)
+    write_sealed(path, {**record, **extra})
+
+
+def write_baseline(root: Path, method: str, condition: cells.Condition, seed: int, rng: random.Random) -> None:
+    """A matched-compute baseline job: nothing charged, the single agent's N samples at the team's tokens."""
+    cell = cells.GridCell(method, condition, ())
+    write_job(root, cell, seed, rng)
+    folder = cell.job_dir(root, seed)
+    team = rng.uniform(8000, 40000)
+    sample = rng.uniform(1500, 4000)
+    n = max(1, round(team / sample))
+    matched = {"method": method, "selection_rule": "vote" if method == "self_consistency" else "examples",
+               "match": "tokens", "n": n, "team_tokens_per_problem": team, "sample_tokens_per_problem": sample,
+               "single_tokens_per_problem": n * sample}
+    empty = {"task": {"attempts": 0}, "reflection": None}
+    budget = {"maximum": GRID_BUDGET, "charged": 0}
+    _reseal(folder / "optimization.json", stop_reason="test_only_baseline", usage=empty, budget=budget)
+    from optimizers.journal import read_sealed
+
+    result = read_sealed(folder / "result.json")
+    optimization = {**result["optimization"], "stop_reason": "test_only_baseline", "usage": empty, "budget": budget}
+    _reseal(folder / "result.json", matched=matched, optimization=optimization,
+            test_tokens_per_problem={"baseline": team, "deployed": n * sample})
+
+
+def write_transfer(root: Path, cell: cells.GridCell, target: cells.Condition, seed: int, rng: random.Random) -> None:
+    """A transfer job: ``cell``'s deployed prompts (tuned on its model) tested on ``target``'s model."""
+    moved = cells.GridCell(cell.method, target, cell.tables)
+    transfer_root = root / "transfer" / f"from-{cell.condition.model}"
+    write_job(transfer_root, moved, seed, rng)
+    folder = moved.job_dir(transfer_root, seed)
+    from optimizers.journal import read_sealed
+
+    result = read_sealed(folder / "result.json")
+    source = {"method": cell.method, "model": cells.MODEL_IDS[cell.condition.model],
+              "registry_key": cell.condition.registry_key, "topology": cell.condition.topology,
+              "team_size": cell.condition.team_size}
+    _reseal(folder / "result.json", cell={**result["cell"], "transfer_from": source},
+            job_id=f"from-{cell.condition.model}-" + result["job_id"])
+
+
+def build(root: Path, *, with_baselines: bool = False) -> tuple[int, int]:
+    """(grid jobs, extra jobs: baselines and transfers) written under ``root``."""
     rng = random.Random(0)
-    count = 0
-    for cell, seed in cells.grid_jobs():
+    count = extra = 0
+    jobs = list(cells.grid_jobs())
+    for cell, seed in jobs:
         write_job(root, cell, seed, rng)
         count += 1
-    return count
+    if not with_baselines:
+        return count, extra
+    conditions = sorted({cell.condition for cell, _ in jobs}, key=str)
+    seeds = sorted({seed for _, seed in jobs})
+    for condition in conditions:
+        for method in ("self_consistency", "best_of_n"):
+            for seed in seeds:
+                write_baseline(root, method, condition, seed, rng)
+                extra += 1
+    on_llama = {(cell.method, cell.condition.topology, cell.condition.team_size, cell.condition.communication)
+                for cell, _ in jobs if cell.condition.model == "llama"}
+    for cell, seed in jobs:
+        c = cell.condition
+        if c.model == "qwen" and (cell.method, c.topology, c.team_size, c.communication) in on_llama:
+            write_transfer(root, cell, cells.Condition(c.topology, c.team_size, c.communication, "llama"), seed, rng)
+            extra += 1
+    return count, extra
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -168,11 +238,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--root", type=Path, default=None, help="where to build the runs tree (default: a temp dir)")
     parser.add_argument("--keep", action="store_true", help="keep the runs tree and the report")
     parser.add_argument("--bootstrap", type=int, default=2000, help="bootstrap replicates (the report's default)")
+    parser.add_argument("--with-baselines", action="store_true",
+                        help="also write both matched-compute baselines per condition and the qwen->llama transfer jobs")
     args = parser.parse_args(argv)
     root = args.root or Path(tempfile.mkdtemp(prefix="report-speed-"))
     runs, out = root / "runs", root / "report"
     started = time.perf_counter()
-    jobs = build(runs)
+    grid_jobs, extra_jobs = build(runs, with_baselines=args.with_baselines)
+    jobs = grid_jobs + extra_jobs
     built_s = time.perf_counter() - started
     from optimizers.protocol.report import page as report
 
@@ -181,7 +254,10 @@ def main(argv: list[str] | None = None) -> int:
     report_s, report_cpu_s = time.perf_counter() - started, time.process_time() - cpu_started
     pages = sorted((out / "jobs").glob("*.html")) if code == 0 else []
     sizes = [p.stat().st_size for p in pages]
-    line = {"jobs": jobs, "build_s": round(built_s, 1), "report_s": round(report_s, 1),
+    summary = json.loads((out / "report.json").read_text()) if code == 0 else {}
+    transfer_entries = sum(len(m["entries"]) for m in (summary.get("transfer") or {}).get("matrices", []))
+    line = {"jobs": jobs, "grid_jobs": grid_jobs, "baseline_and_transfer_jobs": extra_jobs,
+            "matched_rows": len(summary.get("matched") or []), "transfer_entries": transfer_entries, "build_s": round(built_s, 1), "report_s": round(report_s, 1),
             "report_cpu_s": round(report_cpu_s, 1), "target_s": TARGET_S,
             "job_pages": len(pages), "mean_page_kb": round(sum(sizes) / max(1, len(sizes)) / 1024, 1),
             "report_kb": round((out / "report.html").stat().st_size / 1024, 1) if code == 0 else None,

@@ -11,3 +11,6 @@ from optimizers.registry import register_optimizer
 @register_optimizer("best_of_n")
 class BestOfNBaseline(MatchedSingleAgent):
     selection_rule = "examples"
+    # 2: the examples are checked through the agents' python_exec tool, not the judge;
+    # 3: samples at no less than the replica teams' temperature floor (job/matched_test.py).
+    version = "3"

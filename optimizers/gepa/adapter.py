@@ -229,9 +229,21 @@ class CandidateBook:
 
 
 class LcbGEPAAdapter:
-    """gepa adapter over the job's evaluator. Data instances are problem ids."""
+    """gepa adapter over the job's evaluator. Data instances are problem ids.
+
+    How a repeated engine call is served is the one thing the methods on this seam disagree on,
+    so it is a class attribute:
+
+    - ``every_call_charged = False`` (GEPA): the same candidate on the same problem is one
+      rollout; a repeat is served from the rollout cache, free and identical;
+    - ``every_call_charged = True`` (MAMUT-GEPA, the reference's ``cache_evaluation=False``):
+      every slot of every batch is a fresh rollout with a new seed (the evaluator's ``sample``
+      counts the earlier runs of that candidate on that problem), charged; engine calls and
+      charged rollouts are then the same count.
+    """
 
     propose_new_texts = None  # gepa proposes with its reflective proposer and our reflection LM
+    every_call_charged = False
 
     def __init__(
         self,
@@ -251,6 +263,7 @@ class LcbGEPAAdapter:
         self.guard = guard
         self.watch = bridge.watch
         self._served: set[tuple[str, str]] = set()  # (candidate id, problem id) already run: cache hits
+        self._runs: dict[tuple[str, str], int] = {}  # (candidate id, problem id) -> rollouts requested so far
 
     def _phase(self, problem_id: str) -> str:
         if problem_id in self.train_ids:
@@ -259,37 +272,52 @@ class LcbGEPAAdapter:
             return "val"
         raise ValueError(f"gepa asked for problem {problem_id!r}, which is neither train nor val")
 
+    def _requests(self, candidate_id: str, batch: Sequence[str]) -> tuple[list[tuple[str, int]], int]:
+        """One (problem id, sample) request per slot of ``batch``, and how many of them are new
+        rollouts (what the batch can add to the charged count)."""
+        if self.every_call_charged:
+            slots = []
+            for problem_id in batch:
+                sample = self._runs.get((candidate_id, problem_id), 0)
+                self._runs[(candidate_id, problem_id)] = sample + 1
+                slots.append((problem_id, sample))
+            return slots, len(slots)
+        # gepa's epoch sampler pads the last minibatch of an epoch with ids already in it when the
+        # train set is not a multiple of the minibatch size: a repeat is the same rollout (same
+        # candidate, problem and seed), so each distinct id runs once and its result fills every slot.
+        slots = [(problem_id, 0) for problem_id in batch]
+        distinct = list(dict.fromkeys(batch))
+        return slots, sum(1 for p in distinct if (candidate_id, p) not in self._served)
+
     def evaluate(self, batch: list[str], candidate: dict[str, str], capture_traces: bool = False) -> Any:
         from gepa.core.adapter import EvaluationBatch
 
         ours = self.book.candidate(candidate)
-        # gepa's epoch sampler pads the last minibatch of an epoch with ids already in it when the
-        # train set is not a multiple of the minibatch size: a repeat is the same rollout (same
-        # candidate, problem and seed), so each distinct id runs once and its result fills every slot.
-        distinct = list(dict.fromkeys(batch))
-        self.watch.admit(len(batch), sum(1 for p in distinct if (ours.id, p) not in self._served))
-        by_phase: dict[str, list[str]] = {}
-        for problem_id in distinct:
-            by_phase.setdefault(self._phase(problem_id), []).append(problem_id)
-        results: dict[str, _Trace] = {}
-        for phase, ids in by_phase.items():
-            rollouts = self.bridge.run(self.evaluator.evaluate(ours, ids, phase=phase))
+        slots, new_rollouts = self._requests(ours.id, batch)
+        self.watch.admit(len(batch), new_rollouts)
+        groups: dict[tuple[str, int], list[str]] = {}  # one evaluator call per (phase, sample)
+        for problem_id, sample in dict.fromkeys(slots):
+            groups.setdefault((self._phase(problem_id), sample), []).append(problem_id)
+        results: dict[tuple[str, int], _Trace] = {}
+        for (phase, sample), ids in groups.items():
+            rollouts = self.bridge.run(self.evaluator.evaluate(ours, ids, phase=phase, sample=sample))
             try:
                 self.guard.check(rollouts)
             except OptimizerInfrastructureError as exc:
                 self.watch.fatal = exc
             for rollout in rollouts:
-                results[rollout.problem_id] = _Trace(rollout, phase)
+                results[(rollout.problem_id, sample)] = _Trace(rollout, phase)
                 if rollout.budget_exhausted:
                     self.watch.exhausted = True
                 else:
                     self._served.add((ours.id, rollout.problem_id))
                 if phase == "val":
                     if rollout.usable:
+                        # the latest run of a problem stands for it (one entry per problem)
                         self.book.val_scores.setdefault(ours.id, {})[rollout.problem_id] = rollout.score
                     else:
                         self.book.val_incomplete.add(ours.id)
-        ordered = [results[p] for p in batch]
+        ordered = [results[slot] for slot in slots]
         scores = [t.rollout.score if t.rollout.usable else 0.0 for t in ordered]
         outputs = [t.rollout.answer or "" for t in ordered]
         return EvaluationBatch(outputs=outputs, scores=scores, trajectories=ordered if capture_traces else None)

@@ -39,7 +39,6 @@ PARAPHRASES = (
     "Use descriptive variable names.",
 )
 FIX_RATE = 0.6  # the chance the reflector acts on a symptom it sees
-_TASK_TAG = re.compile(r"Task: ([a-z_]+)/([a-z_-]+)\.")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -235,19 +234,17 @@ def proposal(world: World, request_text: str, *draw: object) -> str:
 
 
 class ScriptedReflector:
-    """Answers reflection requests (``Task: method/purpose.``) in the method's reply shape."""
+    """Answers reflection requests ((method, purpose), ``optimizers.surfaces.identify``) in the
+    method's reply shape."""
 
     def __init__(self, world: World) -> None:
         self.world = world
         self.unknown: dict[str, int] = {}  # method/purpose tags no shape is known for
 
-    def reply(self, system: str, prompt: str, seed: int) -> str | None:
+    def reply(self, task: tuple[str, str], prompt: str, seed: int) -> str | None:
         import optimizers.gym.shapes as shapes
 
-        tag = _TASK_TAG.search(system)
-        if tag is None:
-            return None
-        method, purpose = tag.group(1), tag.group(2)
+        method, purpose = task
         key = _digest(prompt)
         text = shapes.reply(method, purpose, prompt, lambda index: proposal(self.world, prompt, seed, key, index))
         if text is None:
@@ -260,28 +257,25 @@ class GymModel:
     task model, reflection (and judge) requests on the reflection model."""
 
     def __init__(self, world: World, *, model_id: str) -> None:
-        from optimizers.judge import JUDGE_SYSTEM
-        from optimizers.reflection import REFLECTION_SYSTEM
-
         self.world = world
         self.model_id = model_id
         self.judge = ScriptedJudge(world)
         self.reflector = ScriptedReflector(world)
-        self._judge_system = JUDGE_SYSTEM
-        self._reflection_system = REFLECTION_SYSTEM
         self.calls = 0
 
     async def complete(self, role: str, messages: Sequence[Any], *, decoding: Any, tools: Sequence[Any] = (),
                        tool_choice: str | None = None) -> Any:
+        from optimizers.surfaces import identify
         from topologies.types import ErrorKind, ModelCallError
 
         self.calls += 1
         system, rest, _ = request_texts(messages)
         seed = _seed_of(decoding)
-        if self._judge_system in system:
+        task = identify(system, rest)
+        if task is not None and task[1] == "judge":
             text: str | None = self.judge.reply(rest, seed)
-        elif self._reflection_system in system:
-            text = self.reflector.reply(system, rest, seed)
+        elif task is not None:
+            text = self.reflector.reply(task, rest, seed)
         else:  # a probe: a candidate role prompt as the system message
             text = probe_reply(self.world, system, rest)
         if text is None:

@@ -83,14 +83,17 @@ def _collapse(text: str, limit: int) -> str:
 def own_output(trace: Sequence[Mapping[str, Any]], role: str, *, replicas: bool) -> str:
     """What the target prompt produced in one run.
 
-    A prompt run by one agent: its last three turns. A prompt shared by replicas (independent,
+    A prompt run by one agent: its last three turns, empty ones dropped. A prompt shared by replicas (independent,
     decentralized): every replica's turns, each labelled, so the reflection sees all players of
     the parameter rather than pretending it is one agent.
     """
-    turns = [m for m in trace if m.get("source") == role and m.get("kind") not in ("system", "user")
-             and str(m.get("content") or "").strip()]
+    turns = [m for m in trace if m.get("source") == role and m.get("kind") not in ("system", "user")]
     if not replicas:
-        return "\n---\n".join(str(m.get("content")) for m in turns[-3:]) or NOT_ACTIVE
+        # As the reference: the last three turns first, then the empty ones among them dropped
+        # (a role whose last turn was empty shows two, not an older third).
+        last = [str(m.get("content") or "") for m in turns[-3:]]
+        return "\n---\n".join(text for text in last if text.strip()) or NOT_ACTIVE
+    turns = [m for m in turns if str(m.get("content") or "").strip()]
     by_agent: dict[str, list[str]] = {}
     for message in turns:
         by_agent.setdefault(str(message.get("agent") or role), []).append(str(message.get("content")))

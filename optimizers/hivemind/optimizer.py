@@ -112,7 +112,9 @@ def cycle_batches(coalitions: int, batch: int, accept: int, *, train: int, val: 
 class HiveMindOptimizer(Optimizer):
     # 2: lesson blocks, reference reflection input, plan and batch sizes fixed once, per-coalition
     # request seeds, incumbent commits (issue 21).
-    version = "2"
+    # 3: a role's last three turns taken before empty ones are dropped; the seed committed at
+    # its first measured score (issue 31).
+    version = "3"
 
     @classmethod
     def check_params(cls, params: Mapping[str, Any]) -> None:
@@ -195,6 +197,8 @@ class _Run:
         number = self.cycles
         train_ids = self.train_rows.take(self.batch)
         worth, full_runs = await self.coalition_values(current, train_ids)
+        if number == 1:  # the curve starts at the seed's measured score (the whole team's)
+            self.ctx.commit_incumbent(current, worth[self.game.grand])
         shapley = self.plan.shapley(worth)
         by_prompt = self.game.prompt_values(shapley)
         target = self.pick_target(number, by_prompt)

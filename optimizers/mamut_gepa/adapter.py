@@ -1,13 +1,16 @@
 """MAMUT-GEPA's side of the gepa seam: team-level reflective records and its own proposer.
 
 It reuses GEPA's adapter for evaluation (budgeted rollouts, candidate book, validation
-bookkeeping) and changes the two things the method is about:
+bookkeeping) with ``every_call_charged``: as in the reference (``cache_evaluation=False``) every
+engine call is a fresh, charged rollout with a new seed, never served from the rollout cache.
+It changes the two things the method is about:
 
 - ``make_reflective_dataset``: for each role to update, one record per row in which that role
-  acted: the task, the component, the *whole* source-tagged team trajectory (who said what), that
-  role's own turns, and the feedback. As in the reference the feedback is only the team's global
-  score and status (``Global team score=1.000000; status=success``): every role is judged by the
-  team's trajectory-level score. ``rich_feedback`` adds the submitted program and our verdict
+  acted, as the reference builds it: ``Inputs`` is JSON of the task, the component and the
+  *whole* source-tagged team trajectory (every message, uncut); ``Generated Outputs`` is JSON of
+  that role's own messages; the feedback is only the team's global score and status
+  (``Global team score=1.000000; status=success``): every role is judged by the team's
+  trajectory-level score. ``rich_feedback`` adds the submitted program and our verdict
   (outcome, passed k/n; never hidden-test content);
 - ``propose_new_texts``: renders gepa's instruction-proposal prompt with MAMUT's template (keep
   the role self-contained, its responsibilities in the topology and its output contract), asks
@@ -18,6 +21,7 @@ bookkeeping) and changes the two things the method is about:
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -25,15 +29,7 @@ from typing import Any
 
 from optimizers.evaluator import Rollout
 from optimizers.gepa.adapter import LcbGEPAAdapter, NoUsableProposal, ask_for_proposal
-from optimizers.reflection import (
-    ReflectionModel,
-    agents_in_trace,
-    clip,
-    outcome_line,
-    render_trace,
-    task_text,
-    team_description,
-)
+from optimizers.reflection import ReflectionModel, agents_in_trace, outcome_line, team_description, team_trajectory
 
 BEGIN = "BEGIN_PROMPT"
 END = "END_PROMPT"
@@ -41,16 +37,9 @@ _FENCED = re.compile(r"```[^\n]*\n(.*?)```", re.DOTALL)
 _MARKED = re.compile(rf"^[ \t]*{BEGIN}[ \t]*\n(.*?)\n[ \t]*{END}[ \t]*$", re.DOTALL | re.MULTILINE)
 
 
-@dataclass(frozen=True, slots=True)
-class RecordLimits:
-    """How much of a row the reflection model reads (characters), and how rich its feedback is."""
-
-    task_chars: int
-    message_chars: int
-    trajectory_chars: int
-    own_turns_chars: int
-    program_chars: int
-    rich_feedback: bool = False  # True: + submitted program and verdict (outcome, passed k/n)
+def task_of(trace: Sequence[Mapping[str, Any]]) -> str:
+    """The problem as the team got it: the first user message, whole."""
+    return next((str(m.get("content", "")) for m in trace if m.get("kind") == "user"), "")
 
 
 def global_feedback(rollout: Rollout) -> str:
@@ -130,9 +119,9 @@ def proposal_template(key: str, team: str, placeholders: tuple[str, str] = ("<cu
         "(standard-input programs or LeetCode-style class methods) together. The team is scored as a "
         "whole by hidden tests, and all of its prompts are optimized jointly, one at a time.\n\n"
         f"The current text of {what}, between the markers:\n{BEGIN}\n{current}\n{END}\n\n"
-        "Runs of the whole team with the current prompts. Each gives the task, the team trajectory with "
-        "every message tagged by who sent it ([source (agent) | kind]), the turns of this component's own "
-        "role, and the team's global feedback (score 1 means every graded hidden test passed; "
+        "Runs of the whole team with the current prompts. Each gives, as JSON, the task and the whole team "
+        "trajectory (every message with its source role, agent and kind), then the messages of this "
+        "component's own role, and the team's global feedback (score 1 means every graded hidden test passed; "
         f"the hidden tests themselves are never shown):\n\n{records}\n\n"
         f"Write an improved version of {what}.\n"
         "- Keep it self-contained: it must make sense on its own, without referring to these runs, to "
@@ -166,13 +155,15 @@ def read_proposal(reply: str) -> str | None:
 class MAMUTAdapter(LcbGEPAAdapter):
     """GEPA's evaluation seam with MAMUT's reflective records and proposer."""
 
-    def __init__(self, *, reflection: ReflectionModel, role_names: Sequence[str], limits: RecordLimits,
+    every_call_charged = True  # the reference's cache_evaluation=False
+
+    def __init__(self, *, reflection: ReflectionModel, role_names: Sequence[str], rich_feedback: bool,
                  temperature: float, top_p: float, **adapter_options: Any) -> None:
         super().__init__(**adapter_options)
         self.reflection = reflection
         self.role_names = list(role_names)
         self.agents_seen = 0  # several agents may share one role prompt (independent, decentralized)
-        self.limits = limits
+        self.rich_feedback = rich_feedback
         self.temperature = temperature
         self.top_p = top_p
         self.tally = ProposalTally()
@@ -182,28 +173,26 @@ class MAMUTAdapter(LcbGEPAAdapter):
     # -- reflective dataset ---------------------------------------------------------------------
 
     def _record(self, key: str, rollout: Rollout) -> dict[str, Any] | None:
-        trace, limits = rollout.trace, self.limits
+        trace = rollout.trace
         self.agents_seen = max(self.agents_seen, agents_in_trace(trace))
+        trajectory = team_trajectory(trace)
         if key.startswith("role/"):
             role = key[len("role/"):]
-            own = render_trace(trace, role=role, each=limits.message_chars, total=limits.own_turns_chars)
+            own = [m for m in trajectory if m["source"] == role and m["kind"] == "ai"]
             if not own:
                 return None  # as in the reference, a row where the role never acted is left out
         else:
-            own = "(a protocol text has no turns of its own; see the team trajectory)"
-        inputs = {
-            "Task": task_text(trace, limits.task_chars),
-            "Component to improve": key,
-            "Team trajectory": render_trace(trace, each=limits.message_chars, total=limits.trajectory_chars)
-            or "(no agent spoke)",
-        }
-        if limits.rich_feedback:
-            inputs["Submitted program"] = (clip(rollout.answer, limits.program_chars) if rollout.answer
-                                           else "(no program was extracted)")
+            own = []  # a protocol text has no turns of its own: the trajectory shows its effect
+        inputs: dict[str, Any] = {"task": task_of(trace), "target_component": key,
+                                  "source_tagged_trajectory": trajectory}
         feedback = global_feedback(rollout)
-        if limits.rich_feedback:
+        if self.rich_feedback:
+            inputs["submitted_program"] = rollout.answer or "(no program was extracted)"
             feedback += "\n" + outcome_line(rollout)
-        return {"Inputs": inputs, "Generated Outputs": own, "Feedback": feedback}
+        return {"Inputs": json.dumps(inputs, ensure_ascii=False, default=str),
+                "Generated Outputs": json.dumps({"component": key, "invocations": own}, ensure_ascii=False,
+                                                default=str),
+                "Feedback": feedback}
 
     # -- proposer (gepa calls this instead of its own reflective proposer) -----------------------
 

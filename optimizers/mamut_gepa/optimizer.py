@@ -7,11 +7,11 @@ engine does the search natively (seed on all of validation, parent/child minibat
 Pareto front, merges); MAMUT brings its reflective records (the whole source-tagged trajectory
 for every role) and its proposer (see ``optimizers.mamut_gepa.adapter``).
 
-Budget: as in the reference every metric call the cap counts is a charged rollout: the cap is
-``min(metric_call_limit, B)`` charged rollouts, and a batch whose not-yet-run rollouts would cross
-it is refused before anything runs (``metric_call_cap``). An engine call served from the rollout
-cache (the same candidate on the same problem again) is free and does not use up the cap.
-Charged rollouts never exceed B (a request past it comes back unrun, and a validation pass cut
+Budget: as in the reference (``cache_evaluation=False``) every engine call is a fresh rollout with
+a new seed, charged, never served from the rollout cache (a parent re-sampled on a minibatch runs
+again), so engine calls and charged rollouts are one count. The cap is ``min(metric_call_limit,
+B)`` of them, and a batch that would cross it is refused before anything runs
+(``metric_call_cap``). Charged rollouts never exceed B (a request past it comes back unrun, and a validation pass cut
 that way never makes an incumbent; ``rollout_budget_spent``).
 
 Incumbent: GEPA's best candidate (best complete validation aggregate) if it differs from the seed
@@ -30,7 +30,7 @@ from optimizers.candidate import Candidate
 from optimizers.gepa.adapter import CandidateBook
 from optimizers.gepa.engine import EngineRun, EngineSettings, component_keys, shared_knobs
 from optimizers.gepa.optimizer import COMPONENT_SETS
-from optimizers.mamut_gepa.adapter import MAMUTAdapter, RecordLimits
+from optimizers.mamut_gepa.adapter import MAMUTAdapter
 from optimizers.reflection import params_from
 from optimizers.registry import register_optimizer
 
@@ -56,11 +56,6 @@ class MAMUTGEPAParams:
     perfect_score: float = 1.0
     early_stop_patience: int | None = None  # full validation evals without a new best; null: off (reference)
     seed: int = 0  # added to the job seed
-    task_chars: int = 2000  # reflective record sizes (characters)
-    message_chars: int = 800
-    trajectory_chars: int = 6000
-    own_turns_chars: int = 3000
-    program_chars: int = 2500
     rich_feedback: bool = False  # the reference shows only "score=...; status=..."; True: + program and verdict
     max_idle_iterations: int = 20  # iterations in a row that charge nothing before giving up
     max_unusable_rollouts: int = 0  # infrastructure-failed rollouts tolerated before failing
@@ -78,13 +73,6 @@ class MAMUTGEPAParams:
             raise ValueError(f"{METHOD}: metric_call_limit must be >= 1 (or null)")
         if not 0.0 <= self.reflection_top_p <= 1.0 or self.reflection_temperature < 0.0:
             raise ValueError(f"{METHOD}: reflection_temperature must be >= 0 and reflection_top_p in [0, 1]")
-        sizes = (self.task_chars, self.message_chars, self.trajectory_chars, self.own_turns_chars, self.program_chars)
-        if min(sizes) < 100:
-            raise ValueError(f"{METHOD}: the *_chars record sizes must be >= 100")
-
-    def record_limits(self) -> RecordLimits:
-        return RecordLimits(self.task_chars, self.message_chars, self.trajectory_chars, self.own_turns_chars,
-                            self.program_chars, self.rich_feedback)
 
 
 def choose_incumbent(book: CandidateBook, val: Sequence[str]) -> tuple[Candidate, str]:
@@ -103,7 +91,9 @@ def choose_incumbent(book: CandidateBook, val: Sequence[str]) -> tuple[Candidate
 class MAMUTGEPAOptimizer(Optimizer):
     # 2: reference feedback ("score=...; status=..."), rows where the role never acted left out,
     # metric-call cap counts charged rollouts (issue 21).
-    version = "2"
+    # 3: every engine call a fresh charged rollout (no cache hits), whole-trajectory JSON records
+    # (issue 31).
+    version = "3"
 
     @classmethod
     def check_params(cls, params: Mapping[str, Any]) -> None:
@@ -127,7 +117,7 @@ class MAMUTGEPAOptimizer(Optimizer):
         )
         run = EngineRun(METHOD, seed, keys, train=train, val=val, ctx=ctx, settings=settings)
         adapter = MAMUTAdapter(
-            reflection=run.reflection, role_names=sorted(seed.roles()), limits=params.record_limits(),
+            reflection=run.reflection, role_names=sorted(seed.roles()), rich_feedback=params.rich_feedback,
             temperature=params.reflection_temperature, top_p=params.reflection_top_p,
             evaluator=ctx.evaluator, book=run.book, train_ids=train, val_ids=val, bridge=run.bridge,
             guard=run.guard,
@@ -138,7 +128,7 @@ class MAMUTGEPAOptimizer(Optimizer):
             **run.metadata(params),
             "incumbent_rule": rule,
             "seed_val_score": run.book.val_aggregate(seed.id, val),
-            "metric_calls": run.watch.metric_calls,  # engine calls, cache hits included
+            "metric_calls": run.watch.metric_calls,  # engine calls (each one a charged rollout)
             "metric_call_cap_used": run.watch.charged_since_start,  # what the cap counts
             "proposal_outcomes": adapter.tally.as_dict(),
         }

@@ -1,12 +1,15 @@
 """What each role saw in one of the incumbent's transcripts: the input its candidate prompts are
-probed on (MAPRO step 2a). Which messages count depends on how the team talks:
+probed on and judged against (MAPRO step 2a). As in the reference, the messages a role saw go in
+whole, as source-tagged JSON (a downstream probe sees the whole program it is to review); only
+the task header and the manager's delegations are cut (1500 / 700 characters, as there). Which
+messages count depends on how the team talks:
 
-- ``chain`` (sequential): the task plus every message before the role first speaks;
+- ``chain`` (sequential): every message before the role first speaks (the task message included);
 - ``star`` (centralized): the manager gets the task; a worker gets the task plus the manager's
   instructions to it (its last two ``delegate_to_<worker>`` calls, else the manager's last message
   before the worker spoke);
-- ``shared`` with peers (decentralized): the task plus all messages of the run;
-- ``shared`` without peers (single, independent): the task alone.
+- ``shared`` with peers (decentralized): all messages of the run (the task message included);
+- ``shared`` without peers (single, independent): none (an empty list).
 """
 
 from __future__ import annotations
@@ -15,13 +18,12 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from optimizers.reflection import render_message
+from optimizers.reflection import tagged_message
 from optimizers.team_graph import TeamGraph
 
 Trace = Sequence[Mapping[str, Any]]
 
 TASK_CHARS = 1500
-MESSAGE_CHARS = 1200
 DELEGATION_CHARS = 700
 NO_DELEGATION = "(the manager did not delegate to you in this run; respond according to your role)"
 
@@ -42,12 +44,13 @@ def _team_messages(trace: Trace) -> list[Mapping[str, Any]]:
     return [m for m in trace if m.get("kind") != "system" and m is not first_user]
 
 
-def _with_messages(trace: Trace, messages: Sequence[Mapping[str, Any]]) -> str:
+def _visible(trace: Trace, messages: Sequence[Mapping[str, Any]] | None) -> str:
+    """The task header, then the visible messages whole as JSON: the run from its start (the
+    task message first) up to what ``messages`` lists; None: nothing visible (``[]``)."""
     task = f"TASK:\n{head(task_of(trace), TASK_CHARS)}"
-    if not messages:
-        return task
-    rendered = "\n\n".join(render_message(m, MESSAGE_CHARS) for m in messages)
-    return f"{task}\n\nTEAM MESSAGES SO FAR:\n{rendered}"
+    first_user = [m for m in trace if m.get("kind") == "user"][:1]
+    shown = [] if messages is None else [tagged_message(m) for m in (*first_user, *messages)]
+    return f"{task}\n\nSOURCE-TAGGED CONTEXT:\n{json.dumps(shown, ensure_ascii=False, default=str)}"
 
 
 def _before_first_turn(trace: Trace, role: str) -> list[Mapping[str, Any]]:
@@ -89,11 +92,11 @@ def _star(graph: TeamGraph, trace: Trace, role: str) -> str:
 
 
 def _chain(graph: TeamGraph, trace: Trace, role: str) -> str:
-    return _with_messages(trace, _before_first_turn(trace, role))
+    return _visible(trace, _before_first_turn(trace, role))
 
 
 def _shared(graph: TeamGraph, trace: Trace, role: str) -> str:
-    return _with_messages(trace, _team_messages(trace) if graph.peers else [])
+    return _visible(trace, _team_messages(trace) if graph.peers else None)
 
 
 CONTEXT_BY_KIND: Mapping[str, Callable[[TeamGraph, Trace, str], str]] = {

@@ -39,6 +39,7 @@ from optimizers.mapro.refine import blame_feedback, initial_pools, mutate_pools
 from optimizers.mapro.rewards import Demos, critic_update, factor_graph, judge_rewards, probe_outputs
 from optimizers.reflection import ReflectionModel, RolloutGuard, mean_score, params_from, record_step
 from optimizers.registry import register_optimizer
+from optimizers.surfaces import MAPRO_JUDGE_SYSTEM
 from optimizers.team_graph import TeamGraph, infer_team_graph
 
 
@@ -82,7 +83,9 @@ class MAPROParams:
 class MAPROOptimizer(Optimizer):
     # 2: issue 20 (cut replies used, reference edge reward, patience, pools, contexts, blame,
     # critic, per-round seeds, learning-curve commits).
-    version = "2"
+    # 3: issue 31 (probe and judge contexts: visible messages whole as source-tagged JSON; the
+    # judge, rewriter and blame pass send their own system texts).
+    version = "3"
 
     @classmethod
     def check_params(cls, params: Mapping[str, Any]) -> None:
@@ -120,7 +123,8 @@ class _Run:
         self.judge = judge_from_context(
             ctx, "mapro", model="task", temperature=params.judge_temperature, max_tokens=params.judge_max_tokens,
             probe={"temperature": params.probe_temperature, "top_p": params.probe_top_p,
-                   "max_tokens": params.probe_max_tokens}, thinking_off=params.judge_thinking_off)
+                   "max_tokens": params.probe_max_tokens}, thinking_off=params.judge_thinking_off,
+            judge_system=MAPRO_JUDGE_SYSTEM)  # a strict reward model that answers with one number
         self.guard = RolloutGuard("mapro", params.max_unusable_rollouts)
         self.limit = asyncio.Semaphore(params.concurrency)
         self.history: list[dict[str, Any]] = []

@@ -9,6 +9,8 @@
 - mutation: the best prompt plus ``K - 1`` rewrites cycling the adding / replacement /
   reorganization operators, each given the global outcome and that role's blame.
 
+Each purpose has the reference's system text (in our words, ``optimizers.surfaces``): the
+rewriter answers with the prompt only, the blame pass with BLAME lines only.
 Pool variants and rewrites become prompts, so a reply cut at its token limit is refused (the
 slot keeps the seed or best prompt); a cut critique is still read.
 """
@@ -23,6 +25,7 @@ from dataclasses import dataclass
 from optimizers.evaluator import Rollout
 from optimizers.mapro.contexts import delegations, head, outputs_of, task_of
 from optimizers.reflection import ReflectionModel, gather_limited, outcome_line
+from optimizers.surfaces import MAPRO_BLAME_SYSTEM, MAPRO_MUTATE_PHRASE, MAPRO_POOL_PHRASE, MAPRO_REWRITER_SYSTEM
 from optimizers.team_graph import TeamGraph
 
 OPERATORS: Mapping[str, str] = {
@@ -83,11 +86,12 @@ async def initial_pools(
             return [seed_prompts[role]]
         prompt = (
             f"Agent role: {role}\n\nBase role prompt:\n\"\"\"{seed_prompts[role]}\"\"\"\n\n"
-            f"Write {size - 1} alternative versions of this role prompt. Each keeps what the role is for but "
+            f"Write {size - 1} {MAPRO_POOL_PHRASE}. Each keeps what the role is for but "
             "changes the wording, the emphasis or the structure. Keep each one short (one to four sentences). "
             "Put each version on its own line, starting with 'VARIANT:'."
         )
-        variants = parse_variants(await model.ask(prompt, purpose="pool", temperature=temperature), size - 1)
+        reply = await model.ask(prompt, purpose="pool", temperature=temperature, system=MAPRO_REWRITER_SYSTEM)
+        variants = parse_variants(reply, size - 1)
         return [seed_prompts[role], *variants, *[seed_prompts[role]] * (size - 1 - len(variants))]
 
     pools = await asyncio.gather(*(one(role) for role in roles))
@@ -173,7 +177,8 @@ async def blame_feedback(
     jobs = [(index, job) for index, rollout in enumerate(sampled) if not solved(rollout)
             for job in make(graph, rollout)]
     replies = await gather_limited(limit, [
-        model.ask(job.prompt, purpose="blame", temperature=BLAME_TEMPERATURE, keep_cut=True) for _, job in jobs])
+        model.ask(job.prompt, purpose="blame", temperature=BLAME_TEMPERATURE, keep_cut=True, system=MAPRO_BLAME_SYSTEM)
+        for _, job in jobs])
     per_run: list[dict[str, list[str]]] = [{} for _ in sampled]
     for (index, job), reply in zip(jobs, replies, strict=True):
         for target, lines in parse_blame(reply, job.targets).items():
@@ -200,13 +205,13 @@ async def mutate_pools(
 
     async def rewrite(role: str, index: int, operator: str) -> str | None:
         prompt = (
-            f"Agent role: {role}\n\nCurrent role prompt:\n\"\"\"{best_prompts[role]}\"\"\"\n\n"
+            f"Agent role: {role}\n\n{MAPRO_MUTATE_PHRASE}\n\"\"\"{best_prompts[role]}\"\"\"\n\n"
             f"Feedback from running the team:\n- Overall outcome: {feedback.summary or '(none)'}\n"
             f"- Critique aimed at this agent by the others: {feedback.blame.get(role) or '(none)'}\n\n"
             f"{OPERATORS[operator]}\n\n(Revision attempt {round_number}.{index}: make it a distinct improvement.)\n\n"
             "Reply with the new role prompt text only."
         )
-        reply = await model.ask(prompt, purpose="mutate", temperature=temperature)
+        reply = await model.ask(prompt, purpose="mutate", temperature=temperature, system=MAPRO_REWRITER_SYSTEM)
         return clean(reply) if reply is not None else None
 
     rewrites = await gather_limited(limit, [rewrite(*job) for job in jobs])

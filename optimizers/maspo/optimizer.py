@@ -57,6 +57,7 @@ from optimizers.maspo.search import (
 )
 from optimizers.reflection import ReflectionModel, RolloutGuard, gather_limited, params_from, record_step
 from optimizers.registry import register_optimizer
+from optimizers.surfaces import NO_SYSTEM
 from optimizers.team_graph import TeamGraph, infer_team_graph
 
 
@@ -105,7 +106,9 @@ class MASPOParams:
 class MASPOOptimizer(Optimizer):
     # 2: issue 20 (forced A/B verdicts, reference proposer input, per-node minibatches, paired
     # seeds and fresh parent runs, duplicate beam nodes, budget used to the end, curve commits).
-    version = "2"
+    # 3: issue 31 (no system message for proposer and judge; a role's last three replies taken
+    # before empty ones are dropped; the seed's first runs committed).
+    version = "3"
 
     @classmethod
     def check_params(cls, params: Mapping[str, Any]) -> None:
@@ -144,8 +147,9 @@ class _Run:
         self.rng = random.Random(params.rng_seed_base + ctx.seed)
         self.roles = sorted(seed.roles())
         self.reflection = ReflectionModel.from_context(ctx, "maspo")
+        # As the reference, the proposer and the judge send no system message.
         self.judge = judge_from_context(ctx, "maspo", model=params.judge_model, temperature=params.judge_temperature,
-                                        max_tokens=params.judge_max_tokens)
+                                        max_tokens=params.judge_max_tokens, judge_system=NO_SYSTEM)
         self.guard = RolloutGuard("maspo", params.max_unusable_rollouts)
         self.judge_limit = asyncio.Semaphore(params.concurrency)
         self.reflect_limit = asyncio.Semaphore(params.reflection_inflight)
@@ -235,6 +239,7 @@ class _Run:
             runs = await self.run(self.seed, rows)
             self.step_number -= 1  # the first step runs under this number again and reuses them
             self.first_runs = (rows, runs)
+            self._commit(_mean(runs))  # the curve starts at the seed's measured score
             self.graph = infer_team_graph(self.roles, [r.trace for r in runs if r.usable],
                                           has_handoff=any(k.startswith("protocol/") for k in self.seed.components))
         return self.graph.sweep_order()
@@ -332,7 +337,8 @@ class _Run:
         async def rewrite(part: Sequence[Rollout]) -> str:
             samples = proposer_sample(part, role)
             ask = proposal_prompt(role, prompt, samples, kind=kind, terminal=terminal, shared=len(self.roles) == 1)
-            reply = await self.reflection.ask(ask, purpose="propose", temperature=self.params.proposal_temperature)
+            reply = await self.reflection.ask(ask, purpose="propose", temperature=self.params.proposal_temperature,
+                                              system=NO_SYSTEM)
             return extract_prompt(reply) or prompt
 
         rewritten = await gather_limited(self.reflect_limit, [rewrite(part) for part in parts])

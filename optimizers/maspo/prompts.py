@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from optimizers.evaluator import Rollout
+from optimizers.surfaces import MASPO_COMPARE_PHRASE, MASPO_PROPOSE_PHRASE
 
 Trace = Sequence[Mapping[str, Any]]
 
@@ -38,10 +39,10 @@ def task_of(trace: Trace) -> str:
 
 
 def role_replies(trace: Trace, role: str) -> str:
-    """The role's own contribution: its last three non-empty replies."""
-    said = [str(m.get("content", "")) for m in trace
-            if m.get("kind") == "ai" and m.get("source") == role and m.get("content")]
-    return "\n---\n".join(said[-3:]).strip()
+    """The role's own contribution: its last three replies, then the empty ones among them dropped
+    (as the reference: a role whose last reply was empty shows two, not an older third)."""
+    said = [str(m.get("content") or "") for m in trace if m.get("kind") == "ai" and m.get("source") == role]
+    return "\n---\n".join(text for text in said[-3:] if text).strip()
 
 
 def role_context(trace: Trace, role: str) -> str:
@@ -91,7 +92,7 @@ def proposal_prompt(role: str, prompt: str, samples: str, *, kind: str, terminal
         f"Dataset: {DATASET}\nAgent role: {role}\n\n"
         f"Sample runs (problem, the role's context, the role's output):\n<traces>\n{samples}\n</traces>\n\n"
         f"Requirements:\n<requirements>\n{requirements}\n</requirements>\n\n"
-        f"Current prompt:\n<reference_prompt>\n{prompt}\n</reference_prompt>\n\n"
+        f"Current prompt:\n{MASPO_PROPOSE_PHRASE}\n{prompt}\n</reference_prompt>\n\n"
         "Judge the role's outputs only against this role's job and their use to the agents after it. Keep role "
         "names, tool names, schemas and output formats exactly. Do not make an intermediate role give the final "
         "answer, and do not assume every role writes Python.\n\n"
@@ -117,7 +118,7 @@ def compare_prompt(role: str, question: str, output_a: str, output_b: str) -> st
         f"=== TASK ===\n{question.strip()[:QUESTION_CHARS]}\n\n"
         f"=== TEAM OUTPUT CONTRACT (context: an intermediate role is not penalised for reporting in its own "
         f"format) ===\n{CONTRACT}\n\n=== CHECKS ===\n{CODE_CHECKS}\n\n"
-        f"=== OUTPUT A ===\n{output_a.strip() or '(empty)'}\n\n=== OUTPUT B ===\n{output_b.strip() or '(empty)'}\n\n"
+        f"=== OUTPUT A ===\n{output_a.strip() or '(empty)'}\n\n{MASPO_COMPARE_PHRASE}\n{output_b.strip() or '(empty)'}\n\n"
         "=== QUESTION ===\nWhich output is more correct for this role, more faithful to the task's constraints and "
         "more useful to the agents after it? Prefer grounded, complete detail without invention. "
         'Respond ONLY with "A" or "B".'

@@ -10,3 +10,4 @@ from optimizers.registry import register_optimizer
 @register_optimizer("self_consistency")
 class SelfConsistencyBaseline(MatchedSingleAgent):
     selection_rule = "vote"
+    version = "2"  # 2: samples at no less than the replica teams' temperature floor (job/matched_test.py)

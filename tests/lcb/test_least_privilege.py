@@ -14,6 +14,7 @@ import os
 import secrets
 import socket
 import textwrap
+import time
 
 import pytest
 
@@ -23,7 +24,8 @@ from lcb.sandbox import SandboxJob, run_in_sandbox
 from lcb.tools import python_exec
 
 ROOT = os.geteuid() == 0
-ALL_OFF = {"namespaces": False, "drop_privileges": False, "seccomp": False, "landlock": False}
+ALL_OFF = {"namespaces": False, "drop_privileges": False, "seccomp": False, "landlock": False,
+           "sockets_paired_only": False}
 needs_root = pytest.mark.skipif(not ROOT, reason="the control needs a root harness (capabilities to lose)")
 _AVAILABLE: list[tuple[str, ...]] = []
 
@@ -150,6 +152,7 @@ NETWORK = textwrap.dedent(r'''
     attempt("packet", lambda: socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0))
     attempt("netlink", lambda: socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0))
     attempt("unix", lambda: socket.socket(socket.AF_UNIX, socket.SOCK_STREAM))
+    attempt("pair", lambda: socket.socketpair()[0])
     try:
         found["interfaces"] = sorted(name for _, name in socket.if_nameindex())
     except OSError:
@@ -184,23 +187,25 @@ def test_no_datagram_leaves_and_no_raw_packet_or_netlink_socket_exists():
     assert not arrived
     for name in ("udp_loopback", "udp_remote", "raw", "packet", "netlink"):
         assert found[name] != "ok", (name, found)
-    assert found["unix"] == "ok"  # local pipes between a program's own threads still work
+    if "socketpair-only" in available_layers():  # tests/lcb/test_unix_sockets.py: why
+        assert found["unix"].startswith("socket refused")
+    assert found["pair"] == "ok"  # local pipes between a program's own threads still work
 
 
 def test_the_network_namespace_alone_leaves_nowhere_to_go():
     needs_layer("netns")
-    found, arrived = _network_probe(seccomp=False)
+    found, arrived = _network_probe(seccomp=False, sockets_paired_only=False)
     assert not arrived and found["interfaces"] == ["lo"]
     assert found["udp_loopback"].startswith("failed") and found["udp_remote"].startswith("failed")
 
 
 def test_the_seccomp_filter_alone_refuses_every_socket_but_unix():
     needs_layer("seccomp")
-    found, arrived = _network_probe(namespaces=False, landlock=False)
+    found, arrived = _network_probe(namespaces=False, landlock=False, sockets_paired_only=False)
     assert not arrived
     for name in ("udp_loopback", "udp_remote", "raw", "packet", "netlink"):
         assert found[name].startswith("socket refused"), (name, found)
-    assert found["unix"] == "ok"
+    assert found["unix"] == "ok" and found["pair"] == "ok"
 
 
 def test_control_without_the_layers_the_datagram_arrives():
@@ -210,14 +215,15 @@ def test_control_without_the_layers_the_datagram_arrives():
 
 def test_layers_in_force_are_reported():
     everything = run_in_sandbox(SandboxJob("exec", "print(1)", (("", ""),)))
-    assert "seccomp" in everything.layers and "no-new-privs" in everything.layers
+    assert {"seccomp", "socketpair-only", "no-new-privs"} <= set(everything.layers)
     assert ("netns" in everything.layers) == ("ipcns" in everything.layers)
     if ROOT:
-        assert {"netns", "ipcns", "unprivileged-uid", "no-caps", "rlimits-frozen"} <= set(everything.layers)
+        assert {"netns", "ipcns", "pidns", "unprivileged-uid", "no-caps", "rlimits-frozen"} <= set(everything.layers)
     if abi_version() >= 1:
         assert f"landlock-{abi_version()}" in everything.layers
     fewer = run_in_sandbox(SandboxJob("exec", "print(1)", (("", ""),), namespaces=False, seccomp=False))
-    assert "netns" not in fewer.layers and "seccomp" not in fewer.layers
+    assert "netns" not in fewer.layers and "pidns" not in fewer.layers and "seccomp" not in fewer.layers
+    assert "socketpair-only" in fewer.layers  # a layer of its own, switched on its own
     assert run_in_sandbox(SandboxJob("exec", "print(1)", (("", ""),), **ALL_OFF)).layers == ()
 
 
@@ -270,7 +276,7 @@ def test_an_unprivileged_harness_gets_its_namespaces_through_a_user_namespace():
         os.setgroups([])
         os.setresgid(65534, 65534, 65534)
         os.setresuid(65534, 65534, 65534)
-        assert _isolate.enter_namespaces() == "user"
+        assert _isolate.enter_namespaces(pid=False) == ("user", False)
         assert os.readlink("/proc/self/ns/net") != before
         assert _isolate.drop_bounding_set() and _isolate.clear_capabilities()
         assert not any(v for k, v in _isolate.capability_sets().items() if k.startswith("Cap"))
@@ -286,3 +292,56 @@ def test_the_unprivileged_program_still_imports_the_whole_standard_library_and_n
     assert run.of_kind("exec")[0]["stdout"] == "1/3 6\n", run.of_kind("exec")[0]["stderr"]
     if ROOT:
         assert "unprivileged-uid" in run.layers
+
+
+# ------------------------------------------------------------------ network namespaces reused (as root)
+
+
+LINGERER = textwrap.dedent(r'''
+    import os, socket, sys, time
+    name = sys.stdin.read().strip()
+    print(os.readlink("/proc/self/ns/net"), flush=True)
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind("\0" + name)
+    server.listen(4)
+    if os.fork() == 0:  # a descendant that would keep the name alive after the program ends
+        os.setsid()
+        time.sleep(30)
+        os._exit(0)
+    mine = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    mine.connect("\0" + name)  # the probe works: its own name is reachable
+    print("own name reached", flush=True)
+''')
+
+ASKER = textwrap.dedent(r'''
+    import os, socket, sys
+    name = sys.stdin.read().strip()
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect("\0" + name)
+        print(os.readlink("/proc/self/ns/net"), "reached")
+    except OSError as exc:
+        print(os.readlink("/proc/self/ns/net"), "refused", exc.errno)
+''')
+
+
+@needs_root
+def test_a_reused_network_namespace_holds_nothing_of_the_program_before():
+    """As root the fork server reuses network namespaces (lcb/_isolate.py ZygoteNamespaces):
+    only after a program has ended, with all its processes. A program that leaves a listener
+    on an abstract name (in a descendant of its own) is followed by programs that look for it;
+    one of them gets the same namespace, and none finds the name."""
+    needs_layer("pidns")
+    name = f"lcb-reuse-{secrets.token_hex(6)}"
+    only = {"sockets_paired_only": False, "landlock": False}  # let the probes make sockets at all
+    first = run_in_sandbox(SandboxJob("exec", LINGERER, ((name, ""),), timeout_s=10.0, guard=False, **only))
+    namespace, said = first.of_kind("exec")[0]["stdout"].split("\n")[:2]
+    assert said == "own name reached"
+    later: list[list[str]] = []
+    while len(later) < 12 and namespace not in [word[0] for word in later]:
+        # the server takes a namespace back once it has reaped the program's init: soon, not at once
+        later.append(run_in_sandbox(SandboxJob("exec", ASKER, ((name, ""),), timeout_s=10.0, **only))
+                     .of_kind("exec")[0]["stdout"].split())
+        time.sleep(0.05 * len(later))
+    assert all(word[1] == "refused" for word in later), later
+    assert namespace in [word[0] for word in later], "the namespace was not reused: nothing shown"

@@ -10,8 +10,11 @@ carries the token, so each probe is shown to work.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import secrets
+import signal
 import subprocess
 import textwrap
 import threading
@@ -19,34 +22,39 @@ import time
 
 import pytest
 
-from lcb._landlock import abi_version
-from lcb.sandbox import SandboxJob, run_in_sandbox
+from lcb._landlock import SCOPE_ABI, abi_version
+from lcb.sandbox import SandboxJob, landlock_abi_cap, run_in_sandbox
 
-ALL_OFF = {"namespaces": False, "drop_privileges": False, "seccomp": False, "landlock": False}
+ALL_OFF = {"namespaces": False, "drop_privileges": False, "seccomp": False, "landlock": False,
+           "sockets_paired_only": False}
 CHANNELS = ("abstract_socket", "socket_file", "tmp_file", "shm_file", "sysv_shm")
 
 PLANTER = textwrap.dedent(r'''
     import ctypes, posix, signal, socket, sys, threading, time
     token, nonce = sys.stdin.read().split()
     libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(15, ("lcbplant" + nonce[:7]).encode(), 0, 0, 0)  # PR_SET_NAME: how the test finds us
-    got = []
-    signal.signal(signal.SIGUSR1, lambda *_: got.append(1))
-    def serve(address):
+    got, done = [], []
+    signal.signal(signal.SIGUSR1, lambda *_: got.append(1))  # from the seeker: the channel under test
+    signal.signal(signal.SIGUSR2, lambda *_: done.append(1))  # from the test: the seeker has finished
+    def listen(address):
         try:
             server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
             server.bind(address)
             if not address.startswith("\0"):
                 posix.chmod(address, 0o777)
             server.listen(4)
+            return server
         except (OSError, ValueError):
-            return
+            return None
+    def serve(server):
         while True:
             connection, _ = server.accept()
             connection.sendall(token.encode())
             connection.close()
     for address in ("\0lcb-chan-" + nonce, "/tmp/lcb-chan-%s.sock" % nonce):
-        threading.Thread(target=serve, args=(address,), daemon=True).start()
+        server = listen(address)
+        if server is not None:
+            threading.Thread(target=serve, args=(server,), daemon=True).start()
     for path in ("/tmp/lcb-chan-%s.txt" % nonce, "/dev/shm/lcb-chan-%s" % nonce):
         try:
             fd = posix.open(path, posix.O_WRONLY | posix.O_CREAT, 0o666)
@@ -61,9 +69,10 @@ PLANTER = textwrap.dedent(r'''
         address = libc.shmat(segment, None, 0)
         if address not in (None, ctypes.c_void_p(-1).value):
             ctypes.memmove(address, token.encode(), len(token))
-    end = time.time() + 4
-    while time.time() < end and not got:
-        time.sleep(0.02)
+    libc.prctl(15, ("lcbplant" + nonce[:7]).encode(), 0, 0, 0)  # PR_SET_NAME: planted, the test may go on
+    end = time.time() + 8
+    while time.time() < end and not done:
+        time.sleep(0.01)
     print("signalled" if got else "quiet")
 ''')
 
@@ -99,15 +108,11 @@ SEEKER = textwrap.dedent(r'''
         "shm_file": lambda: read("/dev/shm/lcb-chan-%s" % nonce),
         "sysv_shm": sysv,
     }
-    end = time.time() + 1.5
-    while time.time() < end and len(found) < len(probes):
-        for name, probe in probes.items():
-            if name not in found:
-                try:
-                    found[name] = probe()
-                except Exception:
-                    pass
-        time.sleep(0.05)
+    for name, probe in probes.items():  # the planter was done planting before we started
+        try:
+            found[name] = probe()
+        except Exception as exc:
+            found[name] = "refused: %r" % (exc,)
     found["signal_sent"] = libc.kill(int(planter), 10) == 0  # SIGUSR1
     print(json.dumps(found))
 ''')
@@ -127,11 +132,9 @@ def _pid_named(name: str, deadline: float) -> int | None:
     return None
 
 
-def _graded_together(**layers) -> tuple[dict, str, str]:
-    """Planter and seeker graded at the same time: (what the seeker found, the planter's last
-    word, the token)."""
-    import json
-
+def _graded_together(**layers) -> tuple[set[str], str]:
+    """Planter and seeker graded at the same time, each with ``layers``: (the channels the token
+    crossed, "signal" among them if the seeker's signal arrived; the planter's last word)."""
     token, nonce = f"tok-{secrets.token_hex(12)}", secrets.token_hex(8)
     planted: dict = {}
 
@@ -141,12 +144,15 @@ def _graded_together(**layers) -> tuple[dict, str, str]:
 
     thread = threading.Thread(target=plant)
     thread.start()
+    planter = None
     try:
-        planter = _pid_named("lcbplant" + nonce[:7], time.monotonic() + 20)
+        planter = _pid_named("lcbplant" + nonce[:7], time.monotonic() + 20)  # named once all is planted
         assert planter is not None, "the planter never started"
-        time.sleep(0.3)  # its sockets and files are in place
         seeker = run_in_sandbox(SandboxJob("exec", SEEKER, ((f"{nonce} {planter}", ""),), timeout_s=10.0, **layers))
     finally:
+        if planter is not None:
+            with contextlib.suppress(OSError):
+                os.kill(planter, signal.SIGUSR2)  # the seeker is done: the planter may end
         thread.join()
         for path in (f"/tmp/lcb-chan-{nonce}.sock", f"/tmp/lcb-chan-{nonce}.txt", f"/dev/shm/lcb-chan-{nonce}"):
             if os.path.lexists(path):
@@ -154,22 +160,67 @@ def _graded_together(**layers) -> tuple[dict, str, str]:
         # the control's System V segment outlives its planter: remove it
         subprocess.run(["ipcrm", "-M", str(int(nonce[:7], 16))], capture_output=True, check=False)
     found = json.loads(seeker.of_kind("exec")[0]["stdout"])
-    return found, planted["run"].of_kind("exec")[0]["stdout"].strip(), token
+    says = planted["run"].of_kind("exec")[0]["stdout"].strip()
+    crossed = {name for name in CHANNELS if token in str(found.get(name, ""))}
+    return crossed | ({"signal"} if says == "signalled" else set()), says
+
+
+def _available() -> tuple[str, ...]:
+    if not _LAYERS:
+        _LAYERS.append(run_in_sandbox(SandboxJob("exec", "print(1)", (("", ""),))).layers)
+    return _LAYERS[0]
+
+
+_LAYERS: list[tuple[str, ...]] = []
+
+
+def _landlock_abi() -> int:
+    """The ABI the sandbox uses here: the kernel's, or less under LCB_SANDBOX_LANDLOCK_ABI."""
+    cap = landlock_abi_cap()
+    return abi_version() if cap is None else min(abi_version(), cap)
+
+
+def closed_by(layer: str) -> set[str]:
+    """The channels ``layer`` closes on its own, on this kernel and harness."""
+    available = _available()
+    if layer == "namespaces":  # own abstract socket names, own System V IPC, own pids to signal
+        return ({"abstract_socket"} if "netns" in available else set()) | (
+            {"sysv_shm"} if "ipcns" in available else set()) | ({"signal"} if "pidns" in available else set())
+    if layer == "landlock":  # no file made or read outside its folder; with ABI 6, scoped
+        if _landlock_abi() < 1:
+            return set()
+        return {"tmp_file", "shm_file", "socket_file"} | (
+            {"signal", "abstract_socket"} if _landlock_abi() >= SCOPE_ABI else set())
+    if layer == "sockets_paired_only":  # no socket() at all, so no listener and no caller
+        return {"abstract_socket", "socket_file"} if "socketpair-only" in available else set()
+    if layer == "drop_privileges":  # uids of their own: signals between them are refused
+        return {"signal"} if "unprivileged-uid" in available else set()
+    raise ValueError(layer)
+
+
+LAYERS = ("namespaces", "landlock", "sockets_paired_only", "drop_privileges")
 
 
 def test_a_planted_token_does_not_cross_between_programs_graded_together():
-    layers = run_in_sandbox(SandboxJob("exec", "print(1)", (("", ""),))).layers
-    if abi_version() < 6 or "ipcns" not in layers:
-        pytest.skip(f"files, signals and System V IPC stay shared without Landlock ABI 6 and an IPC "
-                    f"namespace (documented limit); layers here: {layers}")
-    found, planter_says, token = _graded_together()
-    crossed = [name for name in CHANNELS if token in str(found.get(name, ""))]
-    assert crossed == [], f"the token crossed through {crossed}"
-    assert planter_says == "quiet", "a signal from the other program arrived"
+    """With every layer on, nothing crosses; here every channel is closed by some layer."""
+    needed = set(CHANNELS) | {"signal"}
+    covered = set().union(*(closed_by(layer) for layer in LAYERS))
+    if covered != needed:
+        pytest.skip(f"no layer here closes {sorted(needed - covered)} (documented limit); layers: {_available()}")
+    crossed, _says = _graded_together()
+    assert crossed == set(), f"the token crossed through {sorted(crossed)}"
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="the control shares root's powers between the two programs")
+@pytest.mark.parametrize("layer", LAYERS)
+def test_each_layer_alone_closes_its_channels(layer):
+    """Only ``layer`` on: the channels it claims stay closed (the control below shows each open)."""
+    claimed = closed_by(layer)
+    if not claimed:
+        pytest.skip(f"the {layer} layer closes none of these channels here; layers: {_available()}")
+    crossed, _says = _graded_together(**{**ALL_OFF, layer: True})
+    assert crossed & claimed == set(), f"{layer} alone let {sorted(crossed & claimed)} through"
+
+
 def test_control_with_every_layer_off_each_channel_carries_the_token():
-    found, planter_says, token = _graded_together(**ALL_OFF)
-    assert [name for name in CHANNELS if token not in str(found.get(name, ""))] == []
-    assert planter_says == "signalled"
+    crossed, _says = _graded_together(**ALL_OFF)
+    assert crossed == set(CHANNELS) | {"signal"}

@@ -165,11 +165,12 @@ def test_tcp_connect_and_bind_fail():
                 "    s = socket.socket()\n"
                 "    try:\n        act(s)\n        print(name, 'OK')\n"
                 "    except OSError as exc:\n        print(name, 'DENIED', exc.errno)\n").replace("PORT", str(port))
-        # Landlock alone: the namespace and the seccomp filter (which refuse the socket itself) off
-        job = SandboxJob("exec", code, (("", ""),), timeout_s=10.0, namespaces=False, seccomp=False)
+        # Landlock alone: the namespace and the seccomp filters (which refuse the socket itself) off
+        alone = {"namespaces": False, "seccomp": False, "sockets_paired_only": False}
+        job = SandboxJob("exec", code, (("", ""),), timeout_s=10.0, **alone)
         out = run_in_sandbox(job).of_kind("exec")[0]["stdout"]
-        control = run_in_sandbox(SandboxJob("exec", code, (("", ""),), timeout_s=10.0, namespaces=False,
-                                            seccomp=False, landlock=False)).of_kind("exec")[0]["stdout"]
+        control = run_in_sandbox(SandboxJob("exec", code, (("", ""),), timeout_s=10.0, landlock=False,
+                                            **alone)).of_kind("exec")[0]["stdout"]
     finally:
         listener.close()
     assert "connect DENIED" in out and "bind DENIED" in out, out

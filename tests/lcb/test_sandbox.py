@@ -57,16 +57,23 @@ def test_backstop_kills_a_zygote_that_stopped_reporting(monkeypatch):
     job = SandboxJob("stdin", "import time\ntime.sleep(60)\n", (("", ""),), timeout_s=1.0, wall_limit_s=1.0)
     stopped = []
 
+    def parent_of(pid: int) -> int:
+        with open(f"/proc/{pid}/stat") as fh:
+            return int(fh.read().rsplit(")", 1)[1].split()[1])
+
     def freeze():
+        # Below the server: the job's zygote (or its warden, and below it the zygote), then the
+        # test process. Once two levels exist the zygote is among them: freeze them all.
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline and not stopped:
-            for pid in sandbox.live_sandbox_processes():
-                with open(f"/proc/{pid}/stat") as fh:
-                    parent = int(fh.read().rsplit(")", 1)[1].split()[1])
-                if parent == sandbox.fork_server_pid():  # the job's zygote
+            live = sandbox.live_sandbox_processes()
+            parents = {pid: parent_of(pid) for pid in live}
+            top = [pid for pid, parent in parents.items() if parent == sandbox.fork_server_pid()]
+            if any(parent in top for parent in parents.values()):
+                for pid in live:
                     os.kill(pid, signal.SIGSTOP)
                     stopped.append(pid)
-                    break
+                break
             time.sleep(0.005)
 
     sandbox.run_in_sandbox(SandboxJob("exec", "pass", (("", ""),)))  # server up before freezing

@@ -70,3 +70,44 @@ def test_examples_check_prefers_the_program_that_passes_the_statement_examples(p
     assert vote.chosen == 2
     assert vote.examples_passed == (0, 0, 2) and vote.examples_total == 2
     assert behavioural_vote(problem, [OFF_BY_ONE, OFF_BY_ONE + "# 2\n", SUM_FORMULA]).chosen == 0
+
+
+TWO_SUM_RIGHT = ("class Solution:\n    def twoSum(self, nums, target):\n        seen = {}\n"
+                 "        for j, x in enumerate(nums):\n            if target - x in seen:\n"
+                 "                return [seen[target - x], j]\n            seen[x] = j\n")
+TWO_SUM_FIRST_TWO = "class Solution:\n    def twoSum(self, nums, target):\n        return [0, 1]\n"
+
+
+def test_examples_check_on_a_leetcode_style_problem(problems) -> None:
+    problem = problems["demo_functional"]
+    # [0, 1] is right on the first example only; the majority says so twice, in two texts.
+    programs = [TWO_SUM_FIRST_TWO, TWO_SUM_FIRST_TWO + "# again\n", TWO_SUM_RIGHT]
+    vote = examples_check(problem, programs)
+    assert vote.examples_passed == (1, 1, 2) and vote.examples_total == 2 and vote.chosen == 2
+    assert behavioural_vote(problem, programs).chosen == 0
+
+
+def test_examples_check_runs_the_agents_own_python_exec_tool(problems, monkeypatch) -> None:
+    """The check is the agent's tool (lcb.tools.python_exec), one call per distinct program and
+    example, not the grader: when the tool says a program failed, it has passed nothing."""
+    from lcb import tools
+
+    problem = problems["demo_stdin"]
+    real = tools.python_exec
+    calls: list[tuple[str, str]] = []
+
+    def counted(code: str, stdin: str = "", timeout_s: float = 10.0, **kw):
+        calls.append((code, stdin))
+        return real(code, stdin, timeout_s, **kw)
+
+    monkeypatch.setattr(tools, "python_exec", counted)
+    vote = examples_check(problem, [SUM_FORMULA, SUM_FORMULA, OFF_BY_ONE])
+    assert vote.examples_passed == (2, 2, 0)
+    assert sorted(calls) == sorted((code, case.input) for code in (SUM_FORMULA, OFF_BY_ONE)
+                                   for case in problem.public_tests)
+
+    def broken(code: str, stdin: str = "", timeout_s: float = 10.0, **kw):
+        return tools.ExecResult("", "sandbox error: test", 1, False, 0.0, False)
+
+    monkeypatch.setattr(tools, "python_exec", broken)
+    assert examples_check(problem, [SUM_FORMULA, OFF_BY_ONE]).examples_passed == (0, 0)

@@ -7,8 +7,9 @@ models; the optimizers, teams, grader and job engine under test are all real):
 - task requests (any request that is not a reflection request) are about a built-in problem; the
   reply is that problem's correct program (lcb/builtin/solutions.json) when the system prompt
   contains ``MARKER`` (or the problem is in ``seed_solves``), else its wrong program;
-- reflection requests carry the reflection system prompt of ``optimizers.reflection`` with a
-  ``Task: <method>/<purpose>.`` tag; the reply has the shape the method's prompt asks for
+- reflection and judge requests are told apart by ``optimizers.surfaces.identify`` (the
+  reflection system prompt's ``Task: <method>/<purpose>.`` tag, or a method's own system text,
+  or none, with a phrase of its prompt); the reply has the shape the method's prompt asks for
   (a fenced instruction, or JSON) and, in the ``useful`` world, includes ``MARKER``. In the
   ``useless`` world it proposes text that changes nothing that matters.
 
@@ -34,7 +35,6 @@ MODEL_ID = "scripted/team-model"
 REFLECTION_ID = "scripted/reflection-model"
 WORLDS = ("useful", "useless", "broken")  # broken: every reflection request fails (HTTP 400)
 
-_TASK_TAG = re.compile(r"Task: ([a-z_]+)/([a-z_-]+)\.")
 
 
 def _instruction(useful: bool, role_hint: str = "") -> str:
@@ -192,8 +192,7 @@ def reflection_rule(
     maspob_marked: tuple[str | None, str] = MASPOB_MARKED, maspob_reply: str = "variant",
 ) -> Any:
     """The scripted reflection model as a rule (it answers reflection and judge requests only)."""
-    from optimizers.judge import JUDGE_SYSTEM
-    from optimizers.reflection import REFLECTION_SYSTEM
+    from optimizers.surfaces import identify
     from topologies.scripted import FunctionRule
 
     if world not in WORLDS:
@@ -202,12 +201,10 @@ def reflection_rule(
         raise ValueError(f"maspob_reply must be one of {MASPOB_REPLIES}")
 
     def reflect(request: Any) -> str | None:
-        if REFLECTION_SYSTEM not in request.system and JUDGE_SYSTEM not in request.system:
-            return None
-        tag = _TASK_TAG.search(request.system)
-        if tag is None or world == "broken":
+        task = identify(request.system, request.last_user)
+        if task is None or world == "broken":
             return None  # no rule answers: the server replies HTTP 400
-        return reflection_reply(tag.group(1), tag.group(2), request.last_user, useful=world == "useful",
+        return reflection_reply(*task, request.last_user, useful=world == "useful",
                                 marked=maspob_marked, maspob_reply=maspob_reply)
 
     return FunctionRule("reflect", reflect, latency_s=latency_s)
@@ -218,8 +215,7 @@ def world_script(
     maspob_marked: tuple[str | None, str] = MASPOB_MARKED, maspob_reply: str = "variant",
 ) -> Any:
     """The Script for a scripted server (``world``: useful | useless | broken)."""
-    from optimizers.judge import JUDGE_SYSTEM
-    from optimizers.reflection import REFLECTION_SYSTEM
+    from optimizers.surfaces import identify
     from topologies.scripted import FunctionRule, Script, builtin_answers
 
     solved = frozenset(seed_solves)
@@ -227,7 +223,7 @@ def world_script(
                              text=_conversation_text)
 
     def solve(request: Any) -> str | None:
-        if REFLECTION_SYSTEM in request.system or JUDGE_SYSTEM in request.system:
+        if identify(request.system, request.last_user) is not None:
             return None
         return answer(request)
 
@@ -240,19 +236,18 @@ def world_script(
 
 def models_by_surface(requests: Iterable[Any]) -> dict[str, set[str]]:
     """Which model ids a scripted server was asked for, per surface: ``reflection`` and
-    ``judge`` (by their system prompts), ``probe`` (a bare role prompt with one user message)
+    ``judge`` (``optimizers.surfaces.identify``), ``probe`` (a bare role prompt with one user message)
     and ``team`` (everything else)."""
-    from optimizers.judge import JUDGE_SYSTEM
-    from optimizers.reflection import REFLECTION_SYSTEM
+    from optimizers.surfaces import identify
 
     found: dict[str, set[str]] = {"reflection": set(), "judge": set(), "probe": set(), "team": set()}
     for request in requests:
         messages = list(request.body.get("messages") or [])
         system = " ".join(str(m.get("content", "")) for m in messages if m.get("role") == "system")
-        if REFLECTION_SYSTEM in system:
-            surface = "reflection"
-        elif JUDGE_SYSTEM in system:
-            surface = "judge"
+        users = [str(m.get("content", "")) for m in messages if m.get("role") == "user"]
+        task = identify(system, users[-1] if users else "")
+        if task is not None:
+            surface = "judge" if task[1] == "judge" else "reflection"
         elif [m.get("role") for m in messages] == ["system", "user"] and not request.body.get("tools"):
             surface = "probe"
         else:

@@ -166,6 +166,28 @@ def test_killed_job_resumes_to_the_same_result(method: str, tmp_path: Path, worl
         assert reflection_records(out) == reflection_records(reference_out)
 
 
+SEARCHERS = [m for m in METHODS if m not in ("identity", "best_of_n", "self_consistency")]  # test-only: no search
+
+
+@pytest.mark.parametrize("method", SEARCHERS)
+def test_the_learning_curve_starts_at_the_seeds_measured_score(method: str, tmp_path: Path) -> None:
+    # On a world where no proposal ever wins, the incumbent never leaves the seed; the curve must
+    # still show it with the score the method measured for it, not an empty curve.
+    _loadable(method)
+    server = start_world(world="useless")
+    try:
+        run_job(world_job_config(tmp_path / "job", server.base_url, method=method, budget=BUDGET), fast_runtime())
+    finally:
+        server.stop()
+    optimization = read_sealed(tmp_path / "job" / "optimization.json")
+    seed_id = optimization["seed_candidate"]["id"]
+    curve = list(read_jsonl(tmp_path / "job" / "optimization" / "learning_curve.jsonl"))
+    committed = [row for row in curve if row["commits"] > 0]
+    assert committed, f"{method} committed nothing to its learning curve"
+    first = committed[0]
+    assert first["incumbent_candidate_id"] == seed_id and isinstance(first["incumbent_score"], float)
+
+
 @pytest.mark.parametrize("method", ["gepa", "mipro", "tavo", "mamut_gepa"])
 def test_a_dead_reflection_model_invalidates_the_optimization(method: str, tmp_path: Path) -> None:
     server = start_world(world="broken")

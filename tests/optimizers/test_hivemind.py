@@ -22,6 +22,8 @@ from optimizers.reflection import params_from
 from scripted_world import MARKER, fast_runtime, reflection_rule, start_world, world_job_config
 from topologies.teams.layouts import team_roster
 
+REPO = Path(__file__).resolve().parents[2]
+
 # ------------------------------------------------------------------------------------------------
 # Shapley values
 
@@ -118,13 +120,33 @@ def test_a_reply_is_one_lesson_block_as_the_reference_parses_it() -> None:
 
 
 def test_the_cap_counts_lesson_blocks_so_an_accepted_block_survives_five_more() -> None:
+    # The cap as configured (conf/method/hivemind.yaml, and the params' default when a job gives
+    # none): the reference keeps 6 blocks, so a 6 -> 5 change in either place fails here.
+    import yaml
+
+    configured = yaml.safe_load((REPO / "conf" / "method" / "hivemind.yaml").read_text())["max_lessons"]
+    keep = params_from(HiveMindParams, {}, "hivemind").max_lessons
+    assert configured == keep == 6
     blocks = [f"- lesson {i}a\n- lesson {i}b\n- lesson {i}c" for i in range(1, 8)]
-    assert with_lessons("Seed.", [], keep=6) == "Seed."
-    assert with_lessons("Seed.\n", blocks[:1], keep=6) == f"Seed.\n\n{LESSONS_HEADER}\n{blocks[0]}"
-    six = with_lessons("Seed.", blocks[:6], keep=6)
+    assert with_lessons("Seed.", [], keep=keep) == "Seed."
+    assert with_lessons("Seed.\n", blocks[:1], keep=keep) == f"Seed.\n\n{LESSONS_HEADER}\n{blocks[0]}"
+    six = with_lessons("Seed.", blocks[:6], keep=keep)
     assert all(block in six for block in blocks[:6])  # 18 bullets, still every block
-    seven = with_lessons("Seed.", blocks, keep=6)
+    seven = with_lessons("Seed.", blocks, keep=keep)
     assert blocks[0] not in seven and all(block in seven for block in blocks[1:])
+
+
+def test_a_roles_last_three_turns_are_taken_before_empty_ones_are_dropped() -> None:
+    from optimizers.hivemind.lessons import NOT_ACTIVE, own_output
+
+    def turn(text: str) -> dict[str, Any]:
+        return {"source": "coder", "agent": "coder", "kind": "ai", "content": text}
+
+    # As the reference: the last three turns of the role, then the empty ones among them go (an
+    # older turn never moves up to take an empty one's place).
+    trace = [turn("first"), turn("second"), turn("third"), turn("")]
+    assert own_output(trace, "coder", replicas=False) == "second\n---\nthird"
+    assert own_output([turn(""), turn("  ")], "coder", replicas=False) == NOT_ACTIVE
 
 
 class _Run:

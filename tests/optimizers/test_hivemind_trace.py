@@ -104,7 +104,9 @@ def test_two_cycles_follow_the_hand_worked_trace(tmp_path: Path) -> None:
     assert {key: sorted(ids) for key, ids in charged.items()} == {key: sorted(ids) for key, ids in ROLLOUTS.items()}
     assert all(len(found) == 4 for found in seeds.values())  # the 4 coalitions draw 4 different seeds
 
-    # The incumbent is the seed prompt plus the one accepted block; the curve shows it from 28 on.
+    # The curve starts at the seed's measured score: the whole team's worth in cycle 1, 0.2 (1 of
+    # its 5 rows), committed once its 4 x 5 = 20 coalition rollouts are in (so from grid point 20);
+    # the incumbent is the seed prompt plus the one accepted block; the curve shows it from 28 on.
     coder = incumbent["components"]["role/coder"]
     seed_coder = optimization["seed_candidate"]["components"]["role/coder"]
     assert coder.startswith(seed_coder.rstrip() + f"\n\n{LESSONS_HEADER}\n- ") and coder.count(MARKER) == 1
@@ -112,7 +114,7 @@ def test_two_cycles_follow_the_hand_worked_trace(tmp_path: Path) -> None:
     curve = [(row["reason"], row["charged_rollouts"], row["incumbent_candidate_id"], row["incumbent_score"])
              for row in read_jsonl(out / "optimization" / "learning_curve.jsonl")]
     assert curve[:4] == [("initial_state", 0, seed_id, None), ("grid", 10, seed_id, None),
-                         ("grid", 20, seed_id, None), ("grid", 30, incumbent["id"], 1.0)]
+                         ("grid", 20, seed_id, 0.2), ("grid", 30, incumbent["id"], 1.0)]
     assert ("stop", 56, incumbent["id"], 1.0) in curve
 
     # What the reflection model read: the target's Shapley value and the cases, losing then winning.

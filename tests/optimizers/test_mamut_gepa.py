@@ -4,7 +4,6 @@ no-op rule and its incumbent rule."""
 from __future__ import annotations
 
 import json
-import os
 import re
 from pathlib import Path
 from typing import Any
@@ -55,10 +54,18 @@ def test_cli_centralized_team_finds_the_marker_and_deploys_it(tmp_path: Path, us
     assert metadata["components"] == ["role/coder_worker", "role/manager"]  # every role, jointly
     assert metadata["incumbent_rule"] == "gepa_best" and metadata["incumbent_val_score"] > metadata["seed_val_score"]
     assert metadata["params"]["reflection_temperature"] == 0.7
-    # deterministic given the seeds; the cap (min(600, 40) charged rollouts) is never reached:
-    # once the winner has run every train minibatch, iterations are cache hits and it stalls
-    assert optimization["budget"]["charged"] == 20 and optimization["stop_reason"] == "stalled_without_rollouts"
-    assert metadata["metric_call_cap_used"] == 20 and metadata["proposals"] == 1
+    # Derived from the schedule (every engine call a fresh charged rollout): the seed on validation
+    # (4); iteration 1 updates the worker, which never acts in this world, so there is nothing to
+    # reflect on and no child (3: the seed's minibatch); iteration 2 updates the manager: the seed
+    # and the marked child on a minibatch (3 + 3), the child wins and runs on validation (4): 17.
+    # From then on the child is the only parent and every minibatch it draws is perfect, so each
+    # iteration charges its 3 rollouts and proposes nothing, until fewer than the 6 an iteration
+    # may need are left of B=40: 17 + 6 x 3 = 35 (the cap min(600, 40) is never reached).
+    skipped = ((40 - 17) - 6) // 3 + 1  # iterations that start with at least 6 of B left
+    charged = 4 + 3 + (3 + 3 + 4) + skipped * 3
+    assert optimization["budget"]["charged"] == charged == 35
+    assert optimization["stop_reason"] == "rollout_budget_spent"
+    assert metadata["metric_call_cap_used"] == metadata["metric_calls"] == charged and metadata["proposals"] == 1
     # The proposer ran at the method's temperature, with the job's reflection model.
     records = list(read_jsonl(out / "optimization" / "native" / "reflection.jsonl"))
     assert records and all(r["temperature"] == 0.7 and r["purpose"] == "propose" for r in records)
@@ -88,8 +95,14 @@ def test_useless_reflection_keeps_the_seed(tmp_path: Path) -> None:
     finally:
         server.stop()
     optimization = read_sealed(tmp_path / "job" / "optimization.json")
-    assert optimization["metadata"]["proposal_outcomes"]["changed"] == 22  # it did try (the same text)
-    assert optimization["budget"]["charged"] == 16 and optimization["stop_reason"] == "stalled_without_rollouts"
+    # Derived from the schedule: the seed on validation (4 charged); then each iteration charges 6
+    # (the parent, always the seed, and the child on a minibatch of 3; the child never scores
+    # better, so it never runs on validation): 4 + 3 x 6 = 22, and a fourth iteration (6) does
+    # not fit in the 2 rollouts left. One proposal per iteration, each a changed text.
+    iterations = (24 - 4) // (2 * 3)
+    assert optimization["metadata"]["proposal_outcomes"]["changed"] == iterations == 3
+    assert optimization["budget"]["charged"] == 4 + iterations * 6 == 22
+    assert optimization["stop_reason"] == "rollout_budget_spent"
     assert optimization["incumbent_candidate"]["id"] == optimization["seed_candidate"]["id"]
     assert result["selection"]["selected_candidate"] == "seed"
     assert result["test"]["delta_pp"] == 0.0
@@ -109,29 +122,47 @@ def _hidden_only_texts(problem_ids: list[str]) -> list[str]:
     return texts
 
 
-def test_reflective_records_carry_the_tagged_team_trajectory_and_no_hidden_tests(tmp_path: Path,
-                                                                                useful: Any) -> None:
+def _records(prompt: str) -> list[tuple[dict[str, Any], dict[str, Any], str]]:
+    """(Inputs, Generated Outputs, Feedback) of each example in a proposal prompt (gepa renders
+    a string value as it is; ours are one-line JSON)."""
+    found = re.findall(r"^## Inputs\n(.*)\n\n## Generated Outputs\n(.*)\n\n## Feedback\n(.*)$", prompt, flags=re.MULTILINE)
+    return [(json.loads(inputs), json.loads(outputs), feedback) for inputs, outputs, feedback in found]
+
+
+def test_reflective_records_carry_the_whole_tagged_team_trajectory_and_no_hidden_tests(tmp_path: Path,
+                                                                                      useful: Any) -> None:
     out = tmp_path / "job"
     config = world_job_config(out, useful.base_url, method=METHOD, topology="sequential", team_size=2, budget=30,
                               method_params={"use_merge": False})
     run_job(config, fast_runtime())
     prompts = reflection_prompts(out)
     assert prompts
+    # The runs the records come from, by task: the team's trajectory without its system prompts.
+    runs = {}
+    for row in read_jsonl(out / "optimization" / "rollouts.jsonl"):
+        task = next(m["content"] for m in row["trace"] if m["kind"] == "user")
+        runs.setdefault(task, []).append([m for m in row["trace"] if m["kind"] != "system"])
     targets = set()
     for prompt in prompts:
-        target = re.search(r"### Component to improve\n(role/\w+)", prompt).group(1)
-        targets.add(target)
-        assert "### Team trajectory" in prompt and "## Generated Outputs" in prompt and "## Feedback" in prompt
-        # Who said what: the whole team's turns, each tagged with its source role.
-        assert "[coder | ai]" in prompt and "[debugger | ai]" in prompt
-        own = prompt.split("## Generated Outputs", 1)[1].split("## Feedback", 1)[0]
-        role = target.split("/", 1)[1]
-        other = {"coder": "debugger", "debugger": "coder"}[role]
-        assert f"[{role} | ai]" in own and f"[{other} | ai]" not in own  # the target role's own turns
-        # The reference's feedback: the team's global score and status, no verdict details.
-        assert re.search(r"## Feedback\nGlobal team score=[01]\.000000; status=(success|semantic_failure)\n",
-                         prompt)
-        assert "passed" not in prompt.split("## Feedback", 1)[1] and "### Submitted program" not in prompt
+        records = _records(prompt)
+        assert records and prompt.count("# Example ") == len(records)
+        for inputs, outputs, feedback in records:
+            target = inputs["target_component"]
+            targets.add(target)
+            role = target.split("/", 1)[1]
+            # Whole, as the reference sends it: the task and every message of the run, uncut,
+            # each tagged with its source role and kind.
+            trajectory = inputs["source_tagged_trajectory"]
+            assert [(m["source"], m["kind"], m["content"]) for m in trajectory] in [
+                [(m["source"], m["kind"], m["content"]) for m in run] for run in runs[inputs["task"]]]
+            assert {m["source"] for m in trajectory if m["kind"] == "ai"} == {"coder", "debugger"}
+            assert max(len(m["content"]) for m in trajectory) > 800  # longer than the old cut
+            # Generated Outputs: the target role's own messages, nobody else's.
+            assert outputs["component"] == target and outputs["invocations"]
+            assert outputs["invocations"] == [m for m in trajectory if m["source"] == role and m["kind"] == "ai"]
+            # The reference's feedback: the team's global score and status, no verdict details.
+            assert re.fullmatch(r"Global team score=[01]\.000000; status=(success|semantic_failure)", feedback)
+            assert "submitted_program" not in inputs
         assert "BEGIN_PROMPT" in prompt and "output contract" in prompt
         assert "a team of 2 agents with the role prompt(s): coder, debugger" in prompt
     assert targets == {"role/coder", "role/debugger"}  # round robin over every role
@@ -161,20 +192,25 @@ def test_a_proposal_that_changes_nothing_is_not_evaluated(tmp_path: Path) -> Non
     server = _echo_world()
     out = tmp_path / "job"
     try:
-        run_job(world_job_config(out, server.base_url, method=METHOD, budget=30,
-                                 method_params={"max_idle_iterations": 3}), fast_runtime())
+        run_job(world_job_config(out, server.base_url, method=METHOD, budget=30), fast_runtime())
     finally:
         server.stop()
     optimization = read_sealed(out / "optimization.json")
+    # Derived: the seed on validation (4); each iteration then runs the seed on a minibatch (3,
+    # charged even where it ran that row before) and its proposal changes nothing, so no child
+    # runs. An iteration starts while 6 (parent + child) fit in what is left of 30: at 26, 23,
+    # ..., 8 left, 7 iterations, 4 + 7 x 3 = 25 charged.
+    iterations = ((30 - 4) - 6) // 3 + 1
     outcomes = optimization["metadata"]["proposal_outcomes"]
-    assert outcomes["asked"] == 5 and outcomes["unchanged"] == outcomes["asked"] and outcomes["changed"] == 0
+    assert outcomes["asked"] == iterations == 7
+    assert outcomes["unchanged"] == outcomes["asked"] and outcomes["changed"] == 0
     assert outcomes["skipped_proposals"] == outcomes["asked"]
     seed_id = optimization["seed_candidate"]["id"]
     attempts = [a for a in read_jsonl(out / "optimization" / "attempts.jsonl") if a["charged"]]
     assert {a["candidate_id"] for a in attempts} == {seed_id}  # no child ever ran
-    assert len(attempts) == 10  # seed on validation (4) and on the two train minibatches (3 + 3)
+    assert len(attempts) == 4 + iterations * 3 == 25
     assert optimization["metadata"]["candidates"] == 1
-    assert optimization["stop_reason"] == "stalled_without_rollouts"
+    assert optimization["stop_reason"] == "rollout_budget_spent"
     assert optimization["incumbent_candidate"]["id"] == seed_id
 
 
@@ -239,18 +275,27 @@ def test_decentralized_peers_share_one_prompt_and_components_is_a_knob(tmp_path:
 # Step by step (issue 21, item 14) and the metric-call cap in charged rollouts (item 11)
 
 VAL = ["builtin_kth_distinct", "builtin_binary_strings", "builtin_max_window_sum", "builtin_shortest_route"]
-# gepa's epoch-shuffled minibatches of 3 over the 6 train problems (its RNG seeded with the job seed 0)
+# gepa's epoch-shuffled minibatches of 3 over the 6 train problems (its RNG seeded with the job seed 0):
+# epoch 1 is the first two, epoch 2 is reshuffled.
 FIRST_MINIBATCH = ["builtin_longest_climb", "builtin_count_prefixed", "builtin_job_scheduling"]
 SECOND_MINIBATCH = ["builtin_travel_time", "builtin_temperature_swing", "builtin_merge_intervals"]
+THIRD_MINIBATCH = ["builtin_job_scheduling", "builtin_temperature_swing", "builtin_longest_climb"]
 # (candidate, phase, problems, score of each): every charged rollout in order. Worked out from the
-# spec: the seed on all of validation; iteration 1: the seed (parent) on a minibatch, the proposal
-# (child, with the marker) on the same minibatch, 3/3 > 0/3, so the child runs on all of
-# validation (4/4, the new best); iteration 2: the child is the Pareto front's only parent, its next
-# minibatch is perfect, so it is skipped (no proposal); from iteration 3 on every minibatch is a
-# problem the child already ran: cache hits, nothing charged, and after 20 such iterations the
-# engine is stopped as stalled.
+# spec, with the cap at 20 and every engine call a fresh charged rollout (the reference's
+# cache_evaluation=False):
+#   the seed on all of validation (4 charged, 4 in all);
+#   iteration 1: the seed (parent) on a minibatch (3, 7), the proposal (child, with the marker) on
+#     the same minibatch (3, 10): 3/3 > 0/3, so the child runs on all of validation (4, 14), the
+#     new best;
+#   iteration 2: the child is the Pareto front's only parent; it runs on its next minibatch (3, 17,
+#     charged again although nothing changed), which is perfect, so gepa skips the proposal;
+#   iteration 3: the same on the first minibatch of epoch 2 (3, 20), perfect, skipped; the child
+#     already ran all three rows (two in iteration 1, one in iteration 2): they run again, new seeds;
+#   iteration 4: its minibatch (3) would make 23 > 20: refused before it runs, stop metric_call_cap.
+# So 20 engine calls, all charged (with a rollout cache the old trace took 77 calls for 17).
 TRACE = [("seed", "val", VAL, 0.0), ("seed", "train", FIRST_MINIBATCH, 0.0), ("child", "train", FIRST_MINIBATCH, 1.0),
-         ("child", "val", VAL, 1.0), ("child", "train", SECOND_MINIBATCH, 1.0)]
+         ("child", "val", VAL, 1.0), ("child", "train", SECOND_MINIBATCH + THIRD_MINIBATCH, 1.0)]
+CHARGED = 4 + 3 + 3 + 4 + 3 + 3
 
 
 def _trace_job(out: Path, server: Any, **method_params: Any) -> dict[str, Any]:
@@ -280,14 +325,17 @@ def test_the_first_iterations_follow_the_hand_worked_trace(tmp_path: Path, usefu
     assert history == [("seed_validation", 0, "seed", 0.0, 4), ("validation", 1, "child", 1.0, 14)]
     metadata = optimization["metadata"]
     assert (metadata["proposals"], metadata["merge_attempts"], metadata["candidates"]) == (1, 0, 2)
-    assert optimization["stop_reason"] == "stalled_without_rollouts" and optimization["budget"]["charged"] == 17
-    # Item 11: the engine asked for 77 evaluations (4 + 3 + 3 + 4 + 3 + 20 stalled x 3), far past the
-    # cap of 20, but only 17 were charged rollouts: cache hits do not use up the cap.
-    assert metadata["metric_calls"] == 77 and metadata["metric_call_cap_used"] == 17
+    assert optimization["stop_reason"] == "metric_call_cap" and optimization["budget"]["charged"] == CHARGED == 20
+    # As in the reference, the engine's calls are its charged rollouts: no call is served free.
+    assert metadata["metric_calls"] == metadata["metric_call_cap_used"] == CHARGED
     assert metadata["metric_call_cap"] == 20
+    attempts = [a for a in read_jsonl(out / "optimization" / "attempts.jsonl")]
+    repeats = [a for a in attempts if a["sample"] > 0]  # the child again on rows it already ran
+    assert [a["problem_id"] for a in repeats] == THIRD_MINIBATCH
+    assert len({(a["candidate_id"], a["problem_id"], a["seed"]) for a in attempts}) == CHARGED  # new seeds
     curve = [(row["reason"], row["charged_rollouts"], row["incumbent_candidate_id"], row["incumbent_score"])
              for row in read_jsonl(out / "optimization" / "learning_curve.jsonl")]
-    assert curve[:4] == [("initial_state", 0, seed_id, None), ("grid", 10, seed_id, 0.0), ("stop", 17, best_id, 1.0),
+    assert curve[:4] == [("initial_state", 0, seed_id, None), ("grid", 10, seed_id, 0.0), ("stop", 20, best_id, 1.0),
                          ("grid", 20, best_id, 1.0)]
 
 
@@ -297,7 +345,9 @@ def test_rich_feedback_is_a_knob(tmp_path: Path, useful: Any) -> None:
     [prompt] = reflection_prompts(out)
     feedback = prompt.split("## Feedback", 1)[1]
     assert feedback.startswith("\nGlobal team score=0.000000; status=semantic_failure\nscore 0 (outcome wrong_answer")
-    assert "### Submitted program" in prompt
+    runs = {r["answer"] for r in read_jsonl(out / "optimization" / "rollouts.jsonl")}
+    programs = [inputs["submitted_program"] for inputs, _, _ in _records(prompt)]
+    assert programs and all(program in runs for program in programs)  # whole, as the team submitted it
 
 
 def test_the_cap_counts_charged_rollouts_and_refuses_a_batch_that_would_cross_it() -> None:
@@ -323,18 +373,15 @@ def test_the_cap_counts_charged_rollouts_and_refuses_a_batch_that_would_cross_it
         calls.admit(3, new_rollouts=0)  # ... and then a batch of cache hits alone crosses the cap
 
 
-OLD_GEPA = os.environ.get("LCB_GRID_OLD_GEPA_DIR")  # a folder with gepa==0.0.27 (pip install --target DIR)
-
-
-@pytest.mark.skipif(not OLD_GEPA, reason="set LCB_GRID_OLD_GEPA_DIR to a folder holding gepa==0.0.27")
-def test_the_reference_engine_version_takes_the_same_steps() -> None:
-    # Item 10: the reference pins gepa 0.0.27; ours (pyproject) must make the same proposals,
-    # acceptances, charges and stop on the scripted world (benchmarks/gepa_engine_versions.py).
+def test_the_reference_engine_version_takes_the_same_steps(old_gepa_dir: Path) -> None:
+    # Item 10 (issue 21): the reference pins gepa 0.0.27; ours (pyproject) must make the same
+    # proposals, acceptances, charges and stop on the scripted world (benchmarks/gepa_engine_versions.py).
+    # The old engine comes from the package registry, hash-pinned (requirements-gepa-old.txt).
     import subprocess
     import sys
 
     script = Path(__file__).resolve().parents[2] / "benchmarks" / "gepa_engine_versions.py"
-    done = subprocess.run([sys.executable, str(script), "--old-gepa", str(OLD_GEPA), "--scenarios",
+    done = subprocess.run([sys.executable, str(script), "--old-gepa", str(old_gepa_dir), "--scenarios",
                            "mamut_single_useful,mamut_centralized_useful_cap,mamut_single_echo,mamut_single_silent"],
                           capture_output=True, text=True, timeout=1200, check=False)
     lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
@@ -358,12 +405,14 @@ def test_a_proposal_call_without_a_usable_reply_is_asked_once(tmp_path: Path) ->
                                    default=None)).start()
     out = tmp_path / "job"
     try:
-        run_job(world_job_config(out, server.base_url, method=METHOD, budget=30, concurrency=1,
-                                 method_params={"max_idle_iterations": 3}), fast_runtime())
+        run_job(world_job_config(out, server.base_url, method=METHOD, budget=30, concurrency=1), fast_runtime())
         calls = sum(1 for r in server.requests if r.rule == "silent")
     finally:
         server.stop()
     optimization = read_sealed(out / "optimization.json")
     outcomes = optimization["metadata"]["proposal_outcomes"]
-    assert outcomes["asked"] == outcomes["no_reply"] == outcomes["skipped_proposals"] == calls == 5
-    assert optimization["metadata"]["candidates"] == 1 and optimization["budget"]["charged"] == 10
+    # Derived as in the echo test: no child ever runs, so 7 iterations of 3 charged rollouts
+    # after the seed's validation (4) fit in 30, one proposal call each.
+    iterations = ((30 - 4) - 6) // 3 + 1
+    assert outcomes["asked"] == outcomes["no_reply"] == outcomes["skipped_proposals"] == calls == iterations
+    assert optimization["metadata"]["candidates"] == 1 and optimization["budget"]["charged"] == 4 + 3 * iterations

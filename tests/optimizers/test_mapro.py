@@ -4,6 +4,8 @@ judge/probe calls reach result.json, W&B and the report."""
 
 from __future__ import annotations
 
+import json
+
 import re
 from pathlib import Path
 from typing import Any
@@ -124,23 +126,23 @@ EDGE = {(2, 3): 0.9}
 
 
 def _tagged_world() -> Any:
-    from optimizers.judge import JUDGE_SYSTEM
-    from optimizers.reflection import REFLECTION_SYSTEM
+    from optimizers.surfaces import identify
     from topologies.scripted import FunctionRule, Script, ScriptedServer, builtin_answers
 
     program = builtin_answers(lambda request, problem_id: False)
 
     def reflect(request: Any) -> str | None:
-        if REFLECTION_SYSTEM not in request.system:
+        task = identify(request.system, request.last_user)
+        if task is None or task == ("mapro", "judge"):
             return None
-        if "Task: mapro/pool." in request.system:
+        if task == ("mapro", "pool"):
             found = re.search(r"^Agent role: (\w+)", request.last_user, re.MULTILINE)
             role = found.group(1) if found else "?"
             return "\n".join(f"VARIANT:\nYou are the {role}. TAG {role}-{k}" for k in range(1, 5))
         return "```\nno change\n```"
 
     def judge(request: Any) -> str | None:
-        if JUDGE_SYSTEM not in request.system:
+        if identify(request.system, request.last_user) != ("mapro", "judge"):
             return None
         sections = judge_sections(request.last_user)
         if "AGENT RESPONSE" in sections:  # node prompt; the seed's replies carry no tag
@@ -318,7 +320,7 @@ def _cut_world() -> Any:
     """The useful world, except that every probe and judge reply stops at its token limit
     (``finish_reason: length``): a probe's program is followed by a cut explanation, a judge's
     score by a cut justification."""
-    from optimizers.judge import JUDGE_SYSTEM
+    from optimizers.surfaces import MAPRO_JUDGE_SYSTEM as JUDGE_SYSTEM
     from topologies.scripted import FunctionRule, Script, ScriptedServer
 
     useful = world_script(world="useful")
@@ -338,6 +340,7 @@ def _cut_world() -> Any:
 
 def test_mapro_uses_cut_probe_and_judge_replies(tmp_path: Path) -> None:
     from optimizers.protocol.grid.config import ModelSpec
+    from optimizers.surfaces import MAPRO_BLAME_SYSTEM, MAPRO_JUDGE_SYSTEM, MAPRO_REWRITER_SYSTEM, identify
 
     server = _cut_world()
     try:
@@ -364,8 +367,17 @@ def test_mapro_uses_cut_probe_and_judge_replies(tmp_path: Path) -> None:
     for request in requests:
         system = " ".join(str(m.get("content", "")) for m in request.body["messages"] if m.get("role") == "system")
         user = next(str(m.get("content", "")) for m in request.body["messages"] if m.get("role") == "user")
-        kind = ("judge" if "impartial judge" in system else "probe" if user.startswith("TASK:\n") else
-                "reflection" if "reflection model" in system else "team")
+        task = identify(system, user)
+        kind = ("judge" if task == ("mapro", "judge") else "probe" if user.startswith("TASK:\n") else
+                "reflection" if task is not None else "team")
+        assert kind != "judge" or system == MAPRO_JUDGE_SYSTEM  # the reference's own judge system text
+        limit = request.body.get("max_completion_tokens", request.body.get("max_tokens"))
+        if kind == "reflection":  # the rewriter and blame pass send the reference's own system texts
+            assert system == {"pool": MAPRO_REWRITER_SYSTEM, "mutate": MAPRO_REWRITER_SYSTEM,
+                              "blame": MAPRO_BLAME_SYSTEM}[task[1]]
+        # The reference's token limits: an 8-token judge, a 768-token probe (config/default).
+        assert kind != "judge" or limit == 8
+        assert kind != "probe" or limit == 768
         if kind in surfaces:
             surfaces[kind].append((request.body.get("chat_template_kwargs"), request.body.get("top_p"),
                                    request.body.get("temperature")))
@@ -379,23 +391,39 @@ def test_mapro_uses_cut_probe_and_judge_replies(tmp_path: Path) -> None:
 # Probe contexts per topology, judge parsing, thinking off
 
 
+def _context_messages(context: str) -> list[tuple[str, str]]:
+    """(source, content) of the JSON a probe context lists."""
+    head, listed = context.split("\n\nSOURCE-TAGGED CONTEXT:\n", 1)
+    assert head.startswith("TASK:\n")
+    return [(m["source"], m["content"]) for m in json.loads(listed)]
+
+
 def test_probe_contexts_follow_the_topology() -> None:
     from optimizers.mapro.contexts import NO_DELEGATION, probe_context
     from optimizers.team_graph import TeamGraph
 
+    program = "def solve():\n" + "".join(f"    x{i} = {i}  # step {i}\n" for i in range(200))  # ~5000 chars
     chain_trace = [_m("system", "system", "SYS"), _m("user", "user", "THE TASK"), _m("analyzer", "ai", "plan A"),
-                   _m("coder", "ai", "code B"), _m("tester", "ai", "test C")]
+                   _m("coder", "ai", program), _m("tester", "ai", "test C")]
     chain = TeamGraph("chain", ("analyzer", "coder", "tester"), (("analyzer", "coder"), ("coder", "tester")))
-    assert probe_context(chain, chain_trace, "analyzer") == "TASK:\nTHE TASK"
-    coder = probe_context(chain, chain_trace, "coder")
-    assert "plan A" in coder and "code B" not in coder and "SYS" not in coder
+    # As the reference: the task header, then every message before the role's first turn, whole,
+    # as source-tagged JSON (the task message first; never the system prompts).
+    assert probe_context(chain, chain_trace, "analyzer") == (
+        'TASK:\nTHE TASK\n\nSOURCE-TAGGED CONTEXT:\n[{"source": "user", "kind": "user", "content": "THE TASK"}]')
+    assert _context_messages(probe_context(chain, chain_trace, "coder")) == [("user", "THE TASK"),
+                                                                          ("analyzer", "plan A")]
+    # The tester (downstream) sees the whole program it is to test, not a 1200-character clip.
+    assert len(program) > 4000
+    assert _context_messages(probe_context(chain, chain_trace, "tester")) == [
+        ("user", "THE TASK"), ("analyzer", "plan A"), ("coder", program)]
     peers_trace = [_m("user", "user", "THE TASK"), _m("debater", "ai", "round 0", "peer1"),
                    _m("debater", "ai", "round 1", "peer2")]
     peers = TeamGraph("shared", ("debater",), (), replicas=2, peers=True)
     alone = TeamGraph("shared", ("debater",), (), replicas=2, peers=False)
-    assert "round 0" in probe_context(peers, peers_trace, "debater")  # decentralized: task + all messages
-    assert "round 1" in probe_context(peers, peers_trace, "debater")
-    assert probe_context(alone, peers_trace, "debater") == "TASK:\nTHE TASK"  # independent: the task alone
+    shared = json.loads(probe_context(peers, peers_trace, "debater").split("CONTEXT:\n", 1)[1])
+    assert shared[1:] == [{"source": "debater", "agent": "peer1", "kind": "ai", "content": "round 0"},
+                          {"source": "debater", "agent": "peer2", "kind": "ai", "content": "round 1"}]
+    assert probe_context(alone, peers_trace, "debater") == "TASK:\nTHE TASK\n\nSOURCE-TAGGED CONTEXT:\n[]"
     star_trace = [_m("user", "user", "THE TASK"),
                   {**_m("manager", "ai", "delegating"), "tool_calls": [
                       {"name": "delegate_to_coder_worker", "args": {"instructions": "write the DP"}},

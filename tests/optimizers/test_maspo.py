@@ -134,6 +134,10 @@ def test_maspo_trace_two_stage_team_with_exact_judge_count(tmp_path: Path) -> No
     assert all(r["reply"] == "A" for r in judged)
     models = models_by_surface(server.requests)
     assert models["reflection"] == models["judge"] == {REFLECTION_ID} and models["team"] == {MODEL_ID}
+    # As the reference, the proposer and the judge send no system message at all.
+    maspo_requests = [r for r in server.requests if r.rule == "reflect"]
+    assert len(maspo_requests) == 6 + 4  # the 6 judge calls and 4 proposals (2 per step)
+    assert all([m["role"] for m in r.body["messages"]] == ["user"] for r in maspo_requests)
     # Paired seeds: a candidate and its parent ran each row with the same seed.
     seeds: dict[str, set[int]] = {}
     for r in read_jsonl(tmp_path / "job" / "optimization" / "rollouts.jsonl"):
@@ -168,8 +172,7 @@ def test_maspo_keeps_the_seed_when_nothing_helps(tmp_path: Path) -> None:
 def _misaligned_world() -> Any:
     """The coder's rewrite always wins locally; the debugger's reply after it loses on exactly
     the first row the judge compares (a misalignment case), and wins on the others."""
-    from optimizers.judge import JUDGE_SYSTEM
-    from optimizers.reflection import REFLECTION_SYSTEM
+    from optimizers.surfaces import identify
     from topologies.scripted import FunctionRule, Script, ScriptedServer, builtin_answers
 
     program = builtin_answers(lambda request, problem_id: False)
@@ -177,12 +180,12 @@ def _misaligned_world() -> Any:
     debugger_verdicts: list[str] = []
 
     def reflect(request: Any) -> str | None:
-        if REFLECTION_SYSTEM not in request.system:
+        if identify(request.system, request.last_user) != ("maspo", "propose"):
             return None
         return "<prompt>\nYou are a careful agent. IMPROVED\n</prompt>"
 
     def judge(request: Any) -> str | None:
-        if JUDGE_SYSTEM not in request.system:
+        if identify(request.system, request.last_user) != ("maspo", "judge"):
             return None
         sections = judge_sections(request.last_user)
         if "Agent role: coder" in request.last_user:
@@ -287,3 +290,48 @@ def test_forced_verdicts_and_proposal_extraction() -> None:
     # Problem, role context and role output; never the score or the verdict.
     assert "THE PROBLEM" in shown and "[debugger] fixed" in shown and "my code" in shown
     assert "wrong answer" not in shown and "score" not in shown.lower()
+
+
+def _run(trace: list[dict[str, Any]]) -> Any:
+    from optimizers.budget import Outcome
+    from optimizers.evaluator import Rollout
+
+    return Rollout("c", "p", "train", 0, 1, Outcome.SEMANTIC_FAILURE, 0.0, "wrong answer", trace=tuple(trace))
+
+
+def test_a_roles_last_three_replies_are_taken_before_empty_ones_are_dropped() -> None:
+    from optimizers.maspo.prompts import role_replies
+
+    def said(text: str) -> dict[str, Any]:
+        return {"source": "coder", "kind": "ai", "content": text}
+
+    # As the reference: the last three messages of the role, then the empty ones among them go;
+    # an older reply never moves up to fill the place of an empty one.
+    trace = [said("first"), said("second"), said("third"), said(""), {"source": "tester", "kind": "ai",
+                                                                           "content": "t"}]
+    assert role_replies(trace, "coder") == "second\n---\nthird"
+    assert role_replies([said("only"), said("")], "coder") == "only"
+    assert role_replies([said(""), said("")], "coder") == ""
+
+
+def test_the_proposer_sees_the_reference_sizes() -> None:
+    # The reference's limits, written out (a change of any constant fails): the problem's first
+    # 2000 characters; the context is the task (first 2000) plus the last 8 messages of the other
+    # roles, 400 characters each, all cut at 5000; the role's output is cut at 4500.
+    from optimizers.maspo.prompts import proposer_sample
+
+    task = "".join(f"{i % 10}" for i in range(3000))
+    others = [{"source": "tester", "kind": "ai", "content": f"m{i:02d}" + "o" * 997} for i in range(10)]
+    own = [{"source": "coder", "kind": "ai", "content": f"c{i}" + "x" * 2998} for i in range(3)]
+    shown = proposer_sample([_run([{"source": "user", "kind": "user", "content": task}, *others, *own])], "coder")
+    problem = shown.split("Problem 1:\n", 1)[1].split("\n\nContext:\n", 1)[0]
+    assert problem == task[:2000]
+    context = shown.split("\n\nContext:\n", 1)[1].split("\n\nAgent Output:\n", 1)[0]
+    assert len(context) == 5000 and context.startswith("Task: " + task[:2000] + "\n[tester] m02" + "o" * 397)
+    output = shown.split("\n\nAgent Output:\n", 1)[1]
+    assert len(output) == 4500 and output.startswith("c0x")  # the last three replies, joined, then cut
+    # With a short task nothing is cut at 5000: exactly the last 8 other messages, 400 characters each.
+    shown = proposer_sample([_run([{"source": "user", "kind": "user", "content": "short"}, *others, *own])], "coder")
+    lines = shown.split("\n\nContext:\n", 1)[1].split("\n\nAgent Output:\n", 1)[0].split("\n")
+    assert lines[0] == "Task: short" and [line[:12] for line in lines[1:]] == [f"[tester] m{i:02d}" for i in range(2, 10)]
+    assert all(len(line) == len("[tester] ") + 400 for line in lines[1:])

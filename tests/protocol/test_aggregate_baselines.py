@@ -85,3 +85,53 @@ def test_team_vs_matched_single_rows_and_break_even() -> None:
     assert gepa_row["break_even_vs_seed"] == 23
     assert matched.break_even(40000, 2200, 1.0, 2000, 0.5) == 23
     assert matched.break_even(40000, 2200, 0.5, 2000, 0.5) is None  # no gain: never pays off
+
+
+def test_a_transfer_cell_is_compared_with_its_target_models_single_agent_at_its_sources_search_cost() -> None:
+    source_cost = {"task_tokens": 30000, "reflection_tokens": 5000, "uncharged_tokens": 5000}
+    results = []
+    for seed in (0, 1):
+        results.append(job("gepa", "org/a", seed, (0, 0, 1, 1), (1, 1, 1, 1), cost=source_cost,
+                           tokens={"baseline": 2000.0, "deployed": 2200.0}))
+        results.append(job("gepa", "org/b", seed, (0, 0, 0, 1), (0, 1, 0, 1), source_model="org/a",
+                           tokens={"baseline": 3000.0, "deployed": 3100.0}))
+        results.append(job("self_consistency", "org/b", seed, (0, 0, 0, 1), (0, 0, 1, 1),
+                           tokens={"baseline": 3000.0, "deployed": 2900.0}, match={"n": 5}))
+    groups, stats = analyse(results)
+    rows = {r["method"]: r for r in matched.matched_rows(groups, stats, compare, replicates=200, deployments=100)}
+    assert set(rows) == {"seed team", "gepa[from=org--a]"}  # a's own cell has no baseline on a
+    moved = rows["gepa[from=org--a]"]
+    assert moved["model"] == "org--b" and moved["n_samples"] == [5]
+    assert moved["team_vs_single_pp"] == 0.0 and moved["optimized_vs_seed_pp"] == 25.0
+    assert moved["team_tokens_per_problem"] == 3100.0 and moved["single_tokens_per_problem"] == 2900.0
+    assert moved["optimization_tokens"] == 40000  # the search on a that made the prompts
+    # Seed team on b: 3000 tokens at 25 % -> 12000 per solved problem; transferred: 3100 at 50 %
+    # -> 6200, so 2900 tokens per problem are spare: 40000 / 2900 -> 14 deployments.
+    assert moved["break_even_vs_seed"] == 14
+
+
+def test_baselines_and_transfers_never_change_the_grids_adjusted_p_values() -> None:
+    from optimizers.protocol.aggregate.summary import _family, apply_holm
+
+    from dataclasses import replace
+
+    ids = tuple(f"q{i}" for i in range(12))  # enough problems for p-values Holm does not clip at 1
+
+    def wide(result: JobResult, gained: int) -> JobResult:
+        return replace(result, example_ids=ids, baseline=(0.0,) * 12, deployed=(1.0,) * gained + (0.0,) * (12 - gained))
+
+    grid = [wide(job(m, "org/a", s, (), ()), 10) for m in ("gepa", "mipro") for s in (0, 1)]
+    extra = [wide(job("self_consistency", "org/a", s, (), (), match={"n": 3}), 11) for s in (0, 1)]
+    extra += [wide(job("gepa", "org/a", s, (), (), source_model="org/b"), 9) for s in (0, 1)]
+
+    def adjusted(results: list[JobResult]) -> dict[tuple[str, str], dict[int, float | None]]:
+        _, stats = analyse(results)
+        comparisons = list(stats.values())
+        apply_holm(comparisons, lambda c: _family("cell", "task", c))
+        return {(c.label["method"], c.label["model"]): dict(c.p_holm) for c in comparisons}
+
+    alone, together = adjusted(grid), adjusted(grid + extra)
+    assert 0 < alone[("gepa", "org--a")][0] < 0.01  # 4 p-values of 2/1024 in the family: 4 x 0.00195
+    assert {k: together[k] for k in alone} == alone
+    # The baselines and transfers have families of their own.
+    assert together[("self_consistency", "org--a")][0] is not None

@@ -7,6 +7,10 @@ deployed prompts for an optimizer's cell) against the matched single agent on th
 and seeds, Δpp = team − single, with tokens per problem for both arms, next to the cell's own
 "optimized vs seed" Δpp.
 
+A transfer cell (``--deploy-from``: prompts tuned on model X, deployed on this condition's model)
+gets its row too, against this condition's baseline; its optimization cost is the search that
+made its prompts, the source cell's on X (a transfer job itself spends nothing).
+
 Cost of the optimization itself: C = its charged task tokens + reflection tokens + uncharged
 tokens (judges, probes), mean over the cell's seeds. Amortised over D deployments (problems the
 deployed team is run on) it adds C / D tokens per problem. The break-even count is the smallest
@@ -23,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 DEFAULT_DEPLOYMENTS = 1000
+MATCHED_METHODS = ("self_consistency", "best_of_n")  # the test-only baselines (optimizers/matched.py)
 
 
 def is_baseline(job: Any) -> bool:
@@ -67,8 +72,9 @@ def _paired(team_job: Any, team_arm: str, single_job: Any) -> tuple[list[float],
 def matched_rows(groups: Sequence[Any], cell_stats: Mapping[tuple[Any, ...], Any], compare: Any, *,
                  replicates: int, deployments: int = DEFAULT_DEPLOYMENTS) -> list[dict[str, Any]]:
     """One row per (cell, matched baseline) on the same condition and seeds; see the module doc."""
-    complete = [g for g in groups if g.key in cell_stats and not g.first.transfer_from]
-    baselines = [g for g in complete if is_baseline(g.first)]
+    complete = [g for g in groups if g.key in cell_stats]
+    baselines = [g for g in complete if is_baseline(g.first) and not g.first.transfer_from]
+    sources = {_source_key(g.first): g for g in complete if not g.first.transfer_from and not is_baseline(g.first)}
     rows: list[dict[str, Any]] = []
     for baseline in baselines:
         condition = _condition(baseline.first)
@@ -92,7 +98,11 @@ def matched_rows(groups: Sequence[Any], cell_stats: Mapping[tuple[Any, ...], Any
             team_tokens = _arm_tokens(jobs, arm)
             seed_tokens = _arm_tokens(jobs, "baseline")
             stats = cell_stats[group.key]
-            cost = 0.0 if own else (_mean([optimization_tokens(j.cost) for j in jobs]) or 0.0)
+            searched = jobs
+            if group.first.transfer_from:  # the search that made the prompts ran on the source model
+                source = sources.get(_tuned_key(group.first))
+                searched = list(source.by_seed.values()) if source is not None else []
+            cost = 0.0 if own else (_mean([optimization_tokens(j.cost) for j in searched]) or 0.0)
             label = group.label()
             rows.append({
                 "method": "seed team" if own else label["method"], "baseline": baseline.first.method,
@@ -112,6 +122,20 @@ def matched_rows(groups: Sequence[Any], cell_stats: Mapping[tuple[Any, ...], Any
     rows.sort(key=lambda r: (r["baseline"], r["task"], r["model"], r["runtime"], r["method"] != "seed team",
                              r["method"]))
     return rows
+
+
+def _source_key(job: Any) -> tuple[Any, ...]:
+    return (job.method, job.variant, job.registry_key, job.model_key, job.selection_mode)
+
+
+def _tuned_key(job: Any) -> tuple[Any, ...]:
+    """The source cell a transfer cell's prompts came from (same method, knobs and runtime)."""
+    from optimizers.protocol.grid import cells
+
+    tuned = job.transfer_from
+    variant = ",".join(k for k in job.variant.split(",") if k and not k.startswith("from="))
+    return (job.method, variant, str(tuned.get("registry_key") or job.registry_key),
+            cells.model_key(str(tuned.get("model"))), job.selection_mode)
 
 
 def _condition(job: Any) -> tuple[Any, ...]:

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from optimizers.protocol.grid import cells
+from optimizers.protocol.aggregate import designs as test_designs
 from optimizers.protocol.aggregate import matched as matched_compute
 from optimizers.protocol.aggregate import stats
 from optimizers.protocol.aggregate import transfer as transfer_matrix
@@ -77,6 +78,14 @@ class JobResult:
     # Mean prompt+completion tokens per test problem of each arm ({} for results without usage).
     tokens_per_problem: Mapping[str, float] = field(default_factory=dict)
     matched: Mapping[str, Any] = field(default_factory=dict)  # result.json "matched" (baseline jobs)
+    # Test design (optimizers.protocol.aggregate.designs): each problem's rolls per arm (its samples;
+    # one roll without samples), contest dates, the model's cutoff, the optimization's status.
+    baseline_rolls: tuple[tuple[float | None, ...], ...] = ()
+    deployed_rolls: tuple[tuple[float | None, ...], ...] = ()
+    contest_dates: tuple[str, ...] = ()
+    model_cutoff: str | None = None
+    optimization_status: str = "completed"
+    failure_kind: str | None = None
 
     @property
     def transfer_from(self) -> Mapping[str, Any]:
@@ -171,11 +180,25 @@ def read_result(path: Path) -> JobResult:
             optimism=selection.get("optimism") or {},
             tokens_per_problem=_tokens_per_problem(path, test, data.get("test_tokens_per_problem")),
             matched=data.get("matched") or {},
+            baseline_rolls=_rolls(test, "baseline"),
+            deployed_rolls=_rolls(test, "deployed"),
+            contest_dates=tuple(str(d) for d in test.get("contest_dates") or ()),
+            model_cutoff=test.get("model_cutoff"),
+            optimization_status=str(optimization.get("status") or "completed"),
+            failure_kind=optimization.get("failure_kind"),
         )
     except (KeyError, TypeError, ValueError) as exc:
         if isinstance(exc, ResultError):
             raise
         raise ResultError(f"{path}: malformed result ({exc.__class__.__name__}: {exc})") from None
+
+
+def _rolls(test: Mapping[str, Any], arm: str) -> tuple[tuple[float | None, ...], ...]:
+    """Per problem, the arm's rolls: its samples when the job took several, else its one score."""
+    samples = test.get(f"{arm}_samples")
+    if isinstance(samples, list):
+        return tuple(tuple(row) for row in samples)
+    return tuple((score,) for score in test.get(f"{arm}_scores") or ())
 
 
 def _tokens_per_problem(path: Path, test: Mapping[str, Any], stored: Any) -> dict[str, float]:
@@ -313,9 +336,24 @@ def apply_holm(comparisons: Sequence[Comparison], family_of: Any) -> None:
             comparison.p_holm[seed] = value
 
 
+def _study(label: Mapping[str, Any]) -> str:
+    """Which question a comparison answers: the grid's (optimized vs seed, method vs method),
+    ``matched`` (a matched-compute baseline is in it: single agent vs team) or ``transfer``
+    (prompts tuned on another model). Each is its own Holm family, so running the baselines or a
+    transfer sweep never changes the grid's own adjusted p-values."""
+    cell = label.get("cell") or {}
+    if cell.get("transfer_from"):
+        return "transfer"
+    methods = (cell.get("method"), label.get("method_a"), label.get("method_b"))
+    return "matched" if any(m in matched_compute.MATCHED_METHODS for m in methods) else ""
+
+
 def _family(kind: str, family: str, comparison: Comparison) -> tuple[Any, ...]:
-    label = comparison.label
-    base = (kind, label["task"], label["model"])
+    return _family_of_label(kind, family, comparison.label)
+
+
+def _family_of_label(kind: str, family: str, label: Mapping[str, Any]) -> tuple[Any, ...]:
+    base = (kind, label["task"], label["model"], _study(label))
     if family == "none":
         return (kind,)
     if family == "method":
@@ -548,6 +586,7 @@ class Aggregate:
     power: list[dict[str, Any]] = field(default_factory=list)
     matched: list[dict[str, Any]] = field(default_factory=list)  # team vs matched single agent rows
     transfer: dict[str, Any] = field(default_factory=dict)  # the transfer matrices
+    designs: list[dict[str, Any]] = field(default_factory=list)  # clustered tests, ITT/PP, cutoff split
 
     def summary(self, *, family: str, replicates: int, include_nonconformant: bool) -> dict[str, Any]:
         cells_out = []
@@ -576,6 +615,7 @@ class Aggregate:
             "power": list(self.power),
             "matched": list(self.matched),
             "transfer": dict(self.transfer),
+            "designs": list(self.designs),
         }
 
 
@@ -610,7 +650,9 @@ def aggregate(
                                            deployments=deployments)
     transfer = transfer_matrix.transfer_matrix(groups, cell_stats)
     notes.extend(transfer["notes"])
-    return Aggregate(groups, cell_stats, pairs, skipped, notes, power, matched, transfer)
+    designs = test_designs.design_rows(groups, cell_stats, lambda row: _family_of_label("cell", family, row),
+                                       replicates)
+    return Aggregate(groups, cell_stats, pairs, skipped, notes, power, matched, transfer, designs)
 
 
 def build_parser() -> OneLineParser:
@@ -671,6 +713,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     sys.stdout.write(render_table(result.groups, result.cells, result.pairs))
     sys.stdout.write("\n" + render_trust_table(result.groups, result.cells))
     sys.stdout.write("\n" + render_power(result.power))
+    if result.designs:
+        sys.stdout.write("\n" + test_designs.render_designs(result.designs))
     if result.matched:
         sys.stdout.write("\n" + matched_compute.render_matched(result.matched))
     if result.transfer.get("matrices"):

@@ -361,6 +361,8 @@ def conformance(cfg: JobConfig) -> Conformance:
         reasons.append(f"data {cfg.data} (the protocol uses the hub's LiveCodeBench release)")
     if cfg.release != CONFORMANT_RELEASE:
         reasons.append(f"release {cfg.release} (the protocol's is {CONFORMANT_RELEASE})")
+    if not cfg.test.is_default:
+        reasons.append(f"test design {cfg.test.design} ({cfg.test.samples} sample(s)); the protocol's is lcb50")
     if cfg.splits is not None:
         reasons.append(f"splits file {cfg.splits} (the protocol's is benchmarks/lcb/lcb_splits.json)")
     if cfg.max_turns != default_max_turns(cfg.team_size):

@@ -26,11 +26,54 @@ REFLECTION_MAX_TOKENS = 48000
 
 @dataclass(frozen=True, slots=True)
 class ModelSpec:
-    """A model as configured: alias (``qwen``, ``local``, …), full id and optional endpoints."""
+    """A model as configured: alias (``qwen``, ``local``, …), full id and optional endpoints.
+
+    ``cutoff``: the model's training-data cutoff (ISO date, conf/model/*.yaml) when known, so a
+    test window can start after it (``test.after=cutoff``)."""
 
     alias: str
     id: str
     endpoints: tuple[str, ...] = ()
+    cutoff: str | None = None
+
+
+TEST_DESIGNS = ("lcb50", "window")
+
+
+@dataclass(frozen=True, slots=True)
+class TestDesign:
+    """Which problems the test phase rolls, and how often (``conf/test/*.yaml``).
+
+    ``lcb50`` (the default, conformant): the reference's 50 eval ids, one greedy roll each.
+    ``window``: LCB problems by contest date, strictly after ``after`` and strictly before
+    ``before`` (ISO dates; ``after`` may be ``cutoff``, the model's training cutoff), from the
+    configured release, never a train or validation id; ``size`` caps it with a seeded draw
+    stratified by platform × difficulty. ``samples`` rolls per test problem (``val_samples`` per
+    validation problem) with distinct request seeds; more than one needs ``temperature`` > 0
+    (LiveCodeBench's convention: 10 samples at 0.2), which then replaces the evaluation
+    temperature of validation and test.
+    """
+
+    __test__ = False  # not a pytest class
+
+    design: str = "lcb50"
+    after: str | None = None
+    before: str | None = None
+    size: int | None = None
+    samples: int = 1
+    val_samples: int = 1
+    temperature: float | None = None
+    draw_seed: int = 0  # the stratified draw's seed: one test set for every method and job seed
+
+    @property
+    def is_default(self) -> bool:
+        return self == TestDesign()
+
+    def identity(self) -> dict[str, object]:
+        """What enters a job's identity (a default design adds nothing, so old job ids hold)."""
+        return {"design": self.design, "after": self.after, "before": self.before, "size": self.size,
+                "samples": self.samples, "val_samples": self.val_samples, "temperature": self.temperature,
+                "draw_seed": self.draw_seed}
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +121,7 @@ class JobConfig:
     # method's reach and decides on them alone.
     selection: str = "val"
     selection_size: int = 25
+    test: TestDesign = TestDesign()  # test problems and samples per problem (conf/test)
     force_resume: bool = False  # continue a job folder made by other code versions (marked in result)
     # Transfer job: test the deployed candidate of the finished job in this folder under this
     # job's model and topology (never optimizes; optimizers/protocol/job/transfer.py).

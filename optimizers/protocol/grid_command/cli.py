@@ -6,6 +6,7 @@ the sweep commands that run it.
     python -m optimizers.protocol.grid --status runs/    # done / failed / running / requeued / queued / missing
     python -m optimizers.protocol.grid --commands        # the six Hydra sweeps that make the grid
     python -m optimizers.protocol.grid --check           # compose + pre-flight every sweep job, no model
+    python -m optimizers.protocol.grid --plan [experiment=NAME] [--json]  # cost and MDE, no model call
 
 The grid is defined in ``optimizers.protocol.grid.cells``; the sweeps are ``conf/experiment/lcb_grid*.yaml``
 (Hydra's basic sweeper takes cartesian products and the grid is a union of tables, so there is one
@@ -23,6 +24,7 @@ Jobs already finished return their saved result at once, so a re-launch runs onl
 from __future__ import annotations
 
 import fcntl
+import itertools
 import os
 import sys
 from collections import Counter
@@ -33,6 +35,8 @@ from typing import Any
 
 from optimizers.protocol.aggregate.summary import RESULT_SCHEMA, OneLineParser
 from optimizers.protocol.grid import cells
+from optimizers.protocol.grid_command.plan import reference_experiment_files
+from optimizers.protocol.grid_command.reruns import rerun_lines
 from optimizers.protocol.grid_command.sweep_state import (
     SlurmState,
     SubmittedJob,
@@ -161,7 +165,8 @@ def status_lines(statuses: Sequence[JobStatus]) -> Iterator[str]:
 
 
 def experiment_files() -> list[Path]:
-    return sorted(EXPERIMENTS_DIR.glob(f"{GRID_EXPERIMENT_PREFIX}*.yaml"))
+    """The reference grid's sweeps (other designs, e.g. lcb_grid_powered, are planned, not listed)."""
+    return reference_experiment_files()
 
 
 def sweep_params(path: Path) -> dict[str, list[str]]:
@@ -297,11 +302,68 @@ def build_parser() -> OneLineParser:
     mode.add_argument("--check", action="store_true",
                       help="compose every job of every lcb_grid* sweep and run its pre-flight checks "
                            "(no model call); exit 1 if any job could not start")
+    mode.add_argument("--plan", action="store_true",
+                      help="per sweep, before any model call: jobs, rollouts, calls and tokens per phase, "
+                           "endpoint-hours, and the MDE at 80%% power (overrides: experiment=NAME, budget=N, "
+                           "test=NAME, test.KEY=V)")
+    parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="--plan only: what to plan")
+    plan = parser.add_argument_group("--plan")
+    plan.add_argument("--json", action="store_true", help="one JSON object per experiment")
+    plan.add_argument("--profiles", type=Path, metavar="FILE",
+                      help="token profiles measured by python -m optimizers.protocol.run.calibrate "
+                           "(default: the documented default profile)")
+    plan.add_argument("--tokens-per-second", type=float, default=2000.0,
+                      help="generated tokens per second one endpoint sustains (default 2000)")
+    plan.add_argument("--pass-rate", type=float, help="assumed pass@1 of the seed prompts (default 0.4)")
+    plan.add_argument("--discordance", type=float,
+                      help="assumed share of paired rolls where the arms differ (default 0.2)")
+    plan.add_argument("--icc", type=float, help="assumed correlation of two paired rolls of a problem (default 0.5)")
+    plan.add_argument("--from-runs", type=Path, metavar="RUNS_ROOT",
+                      help="take pass rate, discordance and icc from the finished jobs there")
+    plan.add_argument("--mde-threshold", type=float, default=5.0,
+                      help="warn above this MDE (pp) and print the smallest design that reaches it (default 5)")
     return parser
 
 
+def plan_main(args: Any) -> int:
+    """``--plan``: the plan lines (or JSON objects) on stdout; one error line and 2 on bad input."""
+    from optimizers.protocol.aggregate import power
+    from optimizers.protocol.grid.profiles import ProfileError
+    from optimizers.protocol.grid_command import plan
+
+    if args.tokens_per_second <= 0:
+        sys.stderr.write("error: --tokens-per-second must be > 0\n")
+        return 2
+    try:
+        measured = plan.observed(args.from_runs) if args.from_runs is not None else None
+        if args.from_runs is not None and measured is None:
+            sys.stderr.write(f"warning: no usable finished job under {args.from_runs}; using the assumptions\n")
+        base = measured or power.Assumptions()
+        assumptions = power.Assumptions(
+            args.pass_rate if args.pass_rate is not None else base.pass_rate,
+            args.discordance if args.discordance is not None else base.discordance,
+            args.icc if args.icc is not None else base.icc,
+            base.source if all(v is None for v in (args.pass_rate, args.discordance, args.icc)) else "assumed")
+        results = plan.plans(args.overrides, profiles_path=args.profiles, tokens_per_second=args.tokens_per_second,
+                             assumptions=assumptions, threshold_pp=args.mde_threshold)
+    except (plan.PlanError, ProfileError, ValueError) as exc:
+        sys.stderr.write(f"error: {' '.join(str(exc).split())}\n")
+        return 2
+    for line in plan.plan_output(results, as_json=args.json):
+        sys.stdout.write(line + "\n")
+    for result in results:
+        if "warning" in result and not args.json:
+            sys.stderr.write(f"warning: {result['experiment']}: {result['warning']}\n")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.overrides and not args.plan:
+        parser.error("KEY=VALUE overrides go with --plan")
+    if args.plan:
+        return plan_main(args)
     if args.check:
         checked, failures = check_grid()
         for line in check_lines(checked, failures):
@@ -315,7 +377,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not args.status.is_dir():
             sys.stderr.write(f"error: {args.status} is not a folder\n")
             return 2
-        lines = status_lines(grid_status(args.status))
+        lines = itertools.chain(status_lines(grid_status(args.status)), rerun_lines(args.status))
     for line in lines:
         sys.stdout.write(line + "\n")
     return 0

@@ -27,7 +27,8 @@ from optimizers.protocol.job.jobspec import JobIdentity, validate_config
 from optimizers.protocol.job.optimize import optimize_phase
 from optimizers.protocol.job.result import summary_line, write_result
 from optimizers.protocol.job.seeds import evaluation_seed
-from optimizers.protocol.job.splits import SplitData, SplitIds, lcb_loader, selection_split, split_ids_for
+from optimizers.protocol.job.splits import SplitData, SplitIds, lcb_loader, selection_split
+from optimizers.protocol.job.test_sets import resolve_split_ids
 from optimizers.protocol.job.store import JobStore
 from optimizers.protocol.job.validate import validate_phase
 from optimizers.registry import get_optimizer_class
@@ -61,8 +62,8 @@ class Job:
         self.cfg = cfg
         self.runtime = runtime or JobRuntime()
         self.store = JobStore(cfg.out, evaluation_cache=cfg.evaluation_cache)
-        splits_file = getattr(cfg, "splits", None)
-        self.split_ids: SplitIds = split_ids_for(cfg.data, splits_file)
+        # The protocol's split; the test design (conf/test) may replace its test ids.
+        self.split_ids: SplitIds = resolve_split_ids(cfg)
         # Which validation rows a method may search on, and which decide keep-or-reject.
         self.rows = selection_split(self.split_ids, cfg.selection, cfg.selection_size)
         self.base_spec = self._base_spec()
@@ -142,7 +143,8 @@ class Job:
             self.store.evaluations,
             self.system,
             condition_id=self.condition_id,
-            seed_for=lambda split, problem_id: evaluation_seed(self.condition_id, split, problem_id, cfg.seed),
+            seed_for=lambda split, problem_id, sample=0: evaluation_seed(self.condition_id, split, problem_id,
+                                                                         cfg.seed, sample),
             concurrency=cfg.concurrency,
             max_infrastructure_retries=cfg.max_infrastructure_retries,
             retry_delay_s=self.runtime.retry_delay_s,

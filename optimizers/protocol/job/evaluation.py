@@ -34,6 +34,38 @@ def usable_scores(rollouts: Sequence[Rollout]) -> list[float | None]:
     return [r.score if r.usable else None for r in rollouts]
 
 
+def per_problem(rollouts: Sequence[Rollout]) -> dict[str, list[Rollout]]:
+    """Rollouts grouped by problem (first-seen order), each problem's samples in sample order."""
+    grouped: dict[str, list[Rollout]] = {}
+    for rollout in rollouts:
+        grouped.setdefault(rollout.problem_id, []).append(rollout)
+    return {pid: sorted(rows, key=lambda r: r.sample) for pid, rows in grouped.items()}
+
+
+def sample_scores(rollouts: Sequence[Rollout]) -> list[list[float | None]]:
+    """Per problem, its samples' scores (None where a sample was not usable)."""
+    return [usable_scores(rows) for rows in per_problem(rollouts).values()]
+
+
+def problem_means(rollouts: Sequence[Rollout]) -> list[float | None]:
+    """Per problem, the mean score over its samples (pass@1); None when a sample was not usable."""
+    out: list[float | None] = []
+    for scores in sample_scores(rollouts):
+        out.append(None if None in scores else sum(scores) / len(scores))  # type: ignore[arg-type]
+    return out
+
+
+def collapse_samples(rollouts: Sequence[Rollout]) -> tuple[Rollout, ...]:
+    """One rollout per problem whose score is the mean over its samples (keep-or-reject compares
+    problems, not samples); an unusable sample makes the problem's record unusable."""
+    out = []
+    for rows in per_problem(rollouts).values():
+        bad = next((r for r in rows if not r.usable), None)
+        first = bad or rows[0]
+        out.append(replace(first, sample=0, score=sum(r.score for r in rows) / len(rows)))
+    return tuple(out)
+
+
 @dataclass(frozen=True, slots=True)
 class Evaluation:
     evaluation_id: str
@@ -74,7 +106,7 @@ class EvaluationCache:
         system: System,
         *,
         condition_id: str,
-        seed_for: Callable[[str, str], int],  # (split, problem_id) -> paired seed
+        seed_for: Callable[..., int],  # (split, problem_id[, sample]) -> paired seed
         concurrency: int = 8,
         max_infrastructure_retries: int = 2,
         retry_delay_s: float = 0.5,
@@ -89,7 +121,8 @@ class EvaluationCache:
         self._retry_delay_s = retry_delay_s
         self._progress = progress
 
-    def identity(self, candidate: Candidate, split: str, ids: Sequence[str], evaluation_seed: int) -> dict[str, Any]:
+    def identity(self, candidate: Candidate, split: str, ids: Sequence[str], evaluation_seed: int,
+                 samples: int = 1) -> dict[str, Any]:
         return {
             "schema": SCHEMA,
             "condition_id": self.condition_id,
@@ -97,6 +130,8 @@ class EvaluationCache:
             "split": split,
             "ordered_ids": list(ids),
             "evaluation_seed": evaluation_seed,
+            # Only with samples, so one-sample evaluations keep their ids (and stay shared).
+            **({"samples": samples} if samples > 1 else {}),
         }
 
     def path_of(self, evaluation_id: str) -> Path:
@@ -113,9 +148,13 @@ class EvaluationCache:
         return Evaluation(evaluation_id, data["identity"], rollouts, reused=True)
 
     async def evaluate(
-        self, candidate: Candidate, split: str, ids: Sequence[str], *, evaluation_seed: int
+        self, candidate: Candidate, split: str, ids: Sequence[str], *, evaluation_seed: int, samples: int = 1
     ) -> Evaluation:
-        identity = self.identity(candidate, split, ids, evaluation_seed)
+        """``samples`` rolls per problem, each with its own request seed (sample 0's is the one a
+        single-sample evaluation uses); records are problem-major, samples in order."""
+        if samples < 1:
+            raise ValueError("samples must be >= 1")
+        identity = self.identity(candidate, split, ids, evaluation_seed, samples)
         evaluation_id = short_hash(identity, 24)
         found = self.load(evaluation_id)
         if found is not None:
@@ -124,7 +163,7 @@ class EvaluationCache:
             found = self.load(evaluation_id)  # another job may have finished it while we waited
             if found is not None:
                 return found
-            rollouts = await self._run(candidate, split, list(ids), evaluation_id)
+            rollouts = await self._run(candidate, split, list(ids), evaluation_id, samples)
             payload = {
                 "schema": SCHEMA,
                 "evaluation_id": evaluation_id,
@@ -135,38 +174,44 @@ class EvaluationCache:
             write_sealed(self.path_of(evaluation_id), payload)
         return Evaluation(evaluation_id, identity, tuple(rollouts))
 
-    async def _run(self, candidate: Candidate, split: str, ids: list[str], evaluation_id: str) -> list[Rollout]:
+    async def _run(self, candidate: Candidate, split: str, ids: list[str], evaluation_id: str,
+                   samples: int = 1) -> list[Rollout]:
         journal_path = self.directory / f"{evaluation_id}.attempts.jsonl"
         journal = JsonlJournal(journal_path)
-        done: dict[str, Rollout] = {}
-        failed_attempts: dict[str, int] = {}
+        done: dict[tuple[str, int], Rollout] = {}
+        failed_attempts: dict[tuple[str, int], int] = {}
         for record in read_jsonl(journal_path):
+            slot = (record["problem_id"], int(record.get("sample", 0) or 0))
             if record.get("final"):
-                done[record["problem_id"]] = Rollout.from_dict(record["rollout"])
+                done[slot] = Rollout.from_dict(record["rollout"])
             else:
-                failed_attempts[record["problem_id"]] = failed_attempts.get(record["problem_id"], 0) + 1
+                failed_attempts[slot] = failed_attempts.get(slot, 0) + 1
+        slots = [(pid, sample) for pid in ids for sample in range(samples)]
         semaphore = asyncio.Semaphore(self._concurrency)
-        bar = self._progress(f"evaluate {split} ({candidate.id[:8]})", len(ids)) if self._progress else None
+        bar = self._progress(f"evaluate {split} ({candidate.id[:8]})", len(slots)) if self._progress else None
         if bar is not None and done:
-            bar.update(len([i for i in ids if i in done]))
+            bar.update(len([s for s in slots if s in done]))
 
         def log_attempt(record: dict[str, Any]) -> None:
             if record.get("rollout"):
                 record["rollout"]["trace"] = []  # evaluations keep summaries, not full traces
             journal.append(record)
 
-        async def one(problem_id: str) -> Rollout:
-            if problem_id in done:
-                return done[problem_id]
+        async def one(slot: tuple[str, int]) -> Rollout:
+            if slot in done:
+                return done[slot]
+            problem_id, sample = slot
+            # Sample 0 keeps the paired seed of a single-sample evaluation; others get their own.
+            seed = self._seed_for(split, problem_id) if sample == 0 else self._seed_for(split, problem_id, sample)
             async with semaphore:
                 rollout = await run_with_retries(
                     self.system,
                     candidate,
-                    RolloutKey(candidate.id, problem_id, split, 0),
-                    seed=self._seed_for(split, problem_id),
+                    RolloutKey(candidate.id, problem_id, split, sample),
+                    seed=seed,
                     mode=MODE_EVALUATE,
                     max_retries=self._max_retries,
-                    first_attempt=failed_attempts.get(problem_id, 0),
+                    first_attempt=failed_attempts.get(slot, 0),
                     retry_delay_s=self._retry_delay_s,
                     chargeable=False,
                     on_attempt=log_attempt,
@@ -176,7 +221,7 @@ class EvaluationCache:
             return rollout
 
         try:
-            results = await asyncio.gather(*(one(i) for i in ids))
+            results = await asyncio.gather(*(one(slot) for slot in slots))
         finally:
             if bar is not None:
                 bar.close()

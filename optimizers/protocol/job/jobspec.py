@@ -80,6 +80,11 @@ def validate_config(cfg: JobConfig) -> None:
         raise JobError(f"selection must be one of {', '.join(SELECTION_MODES)}, not {cfg.selection!r}")
     if cfg.selection == "heldout" and cfg.selection_size < 1:
         raise JobError("selection_size must be >= 1 (validation problems kept for keep-or-reject)")
+    if max(cfg.test.samples, cfg.test.val_samples) > 1 and cfg.eval_decoding.temperature <= 0:
+        raise JobError(f"test.samples={cfg.test.samples} / test.val_samples={cfg.test.val_samples} at evaluation "
+                       "temperature 0: greedy samples are copies; set test.temperature (e.g. 0.2)")
+    if min(cfg.test.samples, cfg.test.val_samples) < 1:
+        raise JobError("test.samples and test.val_samples must be >= 1")
     if cfg.optimize_max_tests is not None and cfg.optimize_max_tests < 1:
         raise JobError("optimize_max_tests must be >= 1 (or null for all hidden tests)")
     try:
@@ -182,7 +187,13 @@ def _condition(cfg: JobConfig, base_spec: TeamSpec, split_ids: SplitIds) -> dict
         "max_infrastructure_retries": cfg.max_infrastructure_retries,
         "splits": split_ids.as_dict(),
         "code_versions": runtime_versions(),
+        **_test_design(cfg),
     }
+
+
+def _test_design(cfg: JobConfig) -> dict[str, Any]:
+    """``{"test": ...}`` for a test design other than the default (so default jobs keep their ids)."""
+    return {} if cfg.test.is_default else {"test": cfg.test.identity()}
 
 
 def _spec(
@@ -221,6 +232,7 @@ def _spec(
         "selection": {"mode": cfg.selection, "size": cfg.selection_size if cfg.selection != "val" else None},
         "condition_id": condition_id,
         "code_versions": code_versions(cfg.method),
+        **_test_design(cfg),
     }
 
 
@@ -243,6 +255,7 @@ def _cell(cfg: JobConfig, base_spec: TeamSpec) -> dict[str, Any]:
         extra["method_variant"] = variant
     if cfg.selection != "val":
         extra["selection"] = {"mode": cfg.selection, "size": cfg.selection_size}
+    extra.update(_test_design(cfg))  # another test design is another cell (never pooled)
     from optimizers.protocol.job.transfer import source_of
 
     source = source_of(cfg)

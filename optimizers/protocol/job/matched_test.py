@@ -5,8 +5,11 @@ Two arms on the job's test problems, paired per problem:
 * ``baseline`` — the cell's seed *team*, greedy, exactly the shared seed evaluation every other
   method's job of this condition tests against (same content-addressed evaluation id);
 * ``deployed`` — the condition's *single agent* (seed prompt of ``single``, same model and
-  communication format) sampled N times per problem with the sampled decoding; one program per
-  problem is chosen by the method's rule (``lcb.vote``) and graded on all hidden tests.
+  communication format) sampled N times per problem with the sampled decoding, at no less than
+  the replica teams' temperature floor (``TeamLimits.replica_temperature``): the independent team
+  votes over replicas sampled at that floor, because a vote over near-greedy copies buys nothing,
+  and the baseline's vote must get the same diversity; one program per problem is chosen by the
+  method's rule (``lcb.vote``) and graded on all hidden tests.
 
 N: ``match: fixed`` uses ``n``; ``match: tokens`` first draws one sample per problem, then picks
 N so N × (mean sample tokens) is nearest the team's mean tokens per problem
@@ -99,6 +102,19 @@ class SingleAgent:
         return Sample(problem_id, sample, None, 0, {}, infrastructure_error=error)
 
 
+def sample_decoding(decoding: Decoding) -> Decoding:
+    """The single agent's sampled decoding: the optimize phase's, raised to the replica teams'
+    temperature floor when it is below it (the same diversity the independent team votes over)."""
+    from dataclasses import replace
+
+    from topologies.teams.limits import TeamLimits
+
+    floor = TeamLimits().replica_temperature
+    if floor is not None and decoding.temperature < floor:
+        return replace(decoding, temperature=floor)
+    return decoding
+
+
 def single_agent_spec(cfg: Any) -> TeamSpec:
     from optimizers.protocol.job.lcb_system import base_team_spec
 
@@ -146,7 +162,8 @@ async def run_matched_test(job: Any, *, rule: str) -> dict[str, Any]:
     folder = job.store.root / "baseline"
     folder.mkdir(parents=True, exist_ok=True)
     book = SampleBook(folder / SAMPLES_FILE)
-    agent = SingleAgent(single_agent_spec(cfg), job.client, cfg.optimize_decoding, cfg.max_infrastructure_retries)
+    agent = SingleAgent(single_agent_spec(cfg), job.client, sample_decoding(cfg.optimize_decoding),
+                        cfg.max_infrastructure_retries)
     # First sample everywhere: it measures what one sample costs (and is sample 0 of every N).
     await _draw_all(agent, book, job.data, ids, {pid: 1 for pid in ids}, cfg.seed, cfg.concurrency)
     first = [book.samples.get((pid, 0)) for pid in ids]
@@ -174,6 +191,7 @@ async def run_matched_test(job: Any, *, rule: str) -> dict[str, Any]:
             "selection_rule": rule,
             "match": plan.match,
             "n": n,
+            "sample_temperature": agent.decoding.temperature,
             "team_tokens_per_problem": round(team_per_problem, 3),
             "sample_tokens_per_problem": round(sample_per_problem, 3),
             "single_tokens_per_problem": round(_mean(single_tokens) or 0.0, 3),

@@ -62,9 +62,12 @@ def write_result(
         # Judge/probe model calls that are not charged rollouts (COST_SCHEMA); {} when none.
         "uncharged_calls": optimization.get("uncharged_calls") or {},
         "test": {
-            key: test[key]
-            for key in ("example_ids", "baseline_scores", "deployed_scores", "baseline_mean",
-                        "deployed_mean", "delta_pp", "valid_for_aggregation")
+            **{key: test[key]
+               for key in ("example_ids", "baseline_scores", "deployed_scores", "baseline_mean",
+                           "deployed_mean", "delta_pp", "valid_for_aggregation")},
+            # Tests sealed before these existed lack them; pass@k of one greedy sample is pass@1.
+            **{key: test[key] for key in ("samples", "pass_at_k", "contest_dates", "model_cutoff", "test_design",
+                                          "baseline_samples", "deployed_samples") if key in test},
         },
         "truncation": truncation,
         "code_versions": job.identity.spec.get("code_versions"),

@@ -23,8 +23,11 @@ def request_seed(job_id: str, phase: str, candidate_id: str, problem_id: str, sa
     return _seed_of("rollout/v1", job_id, phase, candidate_id, problem_id, sample)
 
 
-def evaluation_seed(condition_id: str, split: str, problem_id: str, seed: int) -> int:
-    return _seed_of("evaluation/v1", condition_id, split, problem_id, seed)
+def evaluation_seed(condition_id: str, split: str, problem_id: str, seed: int, sample: int = 0) -> int:
+    """Sample 0 is the single-sample seed (unchanged); each further sample of a problem gets its own."""
+    if sample == 0:
+        return _seed_of("evaluation/v1", condition_id, split, problem_id, seed)
+    return _seed_of("evaluation/v1", condition_id, split, problem_id, seed, sample)
 
 
 def reflection_seed(job_id: str, purpose: str, text: str, occurrence: int = 0) -> int:

@@ -61,10 +61,15 @@ class TestOnlyJob(Job):
         self.source = transfer.source_of(cfg)
         method_cls = get_optimizer_class(cfg.method)
         self.rule = getattr(method_cls, "selection_rule", "") if is_test_only(method_cls) else ""
+        if self.rule and cfg.test.samples > 1:
+            # One submission per problem (the vote's pick) against the seed team's pass@1.
+            raise transfer.JobError(f"{cfg.method}: a matched-compute baseline submits one program per problem; "
+                                    f"test.samples={cfg.test.samples} is not supported (use test.samples=1)")
         if self.source is not None:
             if self.rule:
                 raise transfer.JobError("--deploy-from: a matched-compute baseline has no prompts to transfer")
             transfer.check_compatible(self.source, self.base_spec, cfg.method)
+            transfer.check_same_problems(self.source, self.identity.spec)
 
     def _connect_models(self) -> None:
         if self.cfg.phase == "all" and self.store.read("result") is not None:
@@ -150,6 +155,8 @@ class TestOnlyJob(Job):
             "deployed_evaluation_id": None, "example_ids": ids,
             "difficulties": [self.data.problem(pid).difficulty for pid in ids],
             "platforms": [self.data.problem(pid).platform for pid in ids],
+            "contest_dates": [self.data.problem(pid).contest_date for pid in ids],
+            "test_design": cfg.test.identity(), "model_cutoff": cfg.model.cutoff, "samples": 1,
             "baseline_scores": [r.score if r.usable else None for r in team.rollouts],
             "deployed_scores": single,
             "baseline_status": [r.status.value for r in team.rollouts],

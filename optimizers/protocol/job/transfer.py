@@ -12,7 +12,7 @@ with an ordinary job of the target condition.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -37,6 +37,7 @@ class TransferSource:
     deployed: Candidate
     selected_candidate: str
     delta_pp: float | None
+    spec: Mapping[str, Any] = field(default_factory=dict)  # the source's job.json "spec"
 
     def identity(self) -> dict[str, Any]:
         """``spec.deploy_from``: which job, and exactly which prompts."""
@@ -75,8 +76,24 @@ def load_source(folder: Path) -> TransferSource:
     return TransferSource(
         folder=folder, job_id=str(result["job_id"]), cell=dict(result["cell"]), cell_id=str(result["cell_id"]),
         seed=int(result["seed"]), deployed=deployed, selected_candidate=str(selection["selected_candidate"]),
-        delta_pp=(result.get("test") or {}).get("delta_pp"),
+        delta_pp=(result.get("test") or {}).get("delta_pp"), spec=dict(_sealed(folder, "job").get("spec") or {}),
     )
+
+
+# What fixes the test problems and how they are scored: a transfer job must share them with its
+# source, or its delta and the source's own are not measured on the same problems.
+# ("test": the test design, absent for the default one.)
+SAME_PROBLEMS = ("dataset", "data", "release", "split_hash", "selection", "optimize_max_tests", "eval_decoding",
+                 "test")
+
+
+def check_same_problems(source: TransferSource, spec: Mapping[str, Any]) -> None:
+    """``JobError`` in one line when this job would test other problems (or score them otherwise)."""
+    differ = [key for key in SAME_PROBLEMS if source.spec.get(key) != spec.get(key)]
+    if differ:
+        shown = "; ".join(f"{key}: source {source.spec.get(key)!r}, here {spec.get(key)!r}" for key in differ)
+        raise JobError(f"--deploy-from {source.folder}: the source job ran on other problems or rules ({shown}); "
+                       "run this job with the source's (e.g. --data builtin)")
 
 
 def source_of(cfg: Any) -> TransferSource | None:

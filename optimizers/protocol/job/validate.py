@@ -12,7 +12,7 @@ from typing import Any
 from optimizers.candidate import Candidate
 from optimizers.journal import read_jsonl, short_hash
 from optimizers.protocol.job.console import log
-from optimizers.protocol.job.evaluation import Evaluation, usable_scores
+from optimizers.protocol.job.evaluation import Evaluation, collapse_samples, problem_means
 from optimizers.protocol.job.optimism import optimism
 from optimizers.protocol.job.selection import decide
 from optimizers.protocol.job.truncation import count_replies
@@ -40,14 +40,18 @@ async def validate_phase(job: Any, optimization: Mapping[str, Any]) -> dict[str,
             forced = "invalid_incumbent_candidate"
     val_ids = list(job.rows.selection)
     log(cfg, f"validating seed vs incumbent on {len(val_ids)} problems ({job.rows.mode} selection)")
-    baseline = await job.evaluations.evaluate(seed, "val", val_ids, evaluation_seed=cfg.seed)
+    samples = cfg.test.val_samples
+    baseline = await job.evaluations.evaluate(seed, "val", val_ids, evaluation_seed=cfg.seed, samples=samples)
     candidate_eval: Evaluation | None = None
     if forced is None:
-        candidate_eval = await job.evaluations.evaluate(incumbent, "val", val_ids, evaluation_seed=cfg.seed)
+        candidate_eval = await job.evaluations.evaluate(incumbent, "val", val_ids, evaluation_seed=cfg.seed,
+                                                        samples=samples)
     elif forced == "identical_candidate":
         candidate_eval = baseline
+    # With samples, keep-or-reject compares per-problem pass rates (one record per problem).
     decision = decide(
-        val_ids, baseline.rollouts, candidate_eval.rollouts if candidate_eval else None, forced_reason=forced
+        val_ids, collapse_samples(baseline.rollouts),
+        collapse_samples(candidate_eval.rollouts) if candidate_eval else None, forced_reason=forced
     )
     deployed = incumbent if decision.deploy_incumbent else seed
     payload: dict[str, Any] = {
@@ -66,8 +70,8 @@ async def validate_phase(job: Any, optimization: Mapping[str, Any]) -> dict[str,
         "baseline_validation_id": baseline.evaluation_id,
         "incumbent_validation_id": candidate_eval.evaluation_id if candidate_eval else None,
         "validation_ids": val_ids,
-        "baseline_validation_scores": usable_scores(baseline.rollouts),
-        "incumbent_validation_scores": usable_scores(candidate_eval.rollouts) if candidate_eval else None,
+        "baseline_validation_scores": problem_means(baseline.rollouts),
+        "incumbent_validation_scores": problem_means(candidate_eval.rollouts) if candidate_eval else None,
         "evaluation_seed": cfg.seed,
         "test_exposed": False,
     }

@@ -42,7 +42,8 @@ def matched_section(rows: Sequence[Mapping[str, Any]], mark: str = "") -> list[s
         "<section id=\"panel-matched\"><h2>Team vs matched single agent</h2>" + mark +
         "<p class=\"caption\">Each team against the condition's single agent sampled N times per problem "
         "at the team's tokens (the seed team's row is the baseline job itself; a method's row tests the team "
-        "it deploys). Δpp = team − single, on the same problems and seeds. Optimization tokens: the search's "
+        "it deploys; a row method[from=X] tests prompts tuned on model X, and its optimization tokens are that "
+        "search's on X). Δpp = team − single, on the same problems and seeds. Optimization tokens: the search's "
         f"charged task, reflection and uncharged tokens (mean over seeds), amortised over {deployments:,} "
         "deployments. Break-even: the deployments after which the optimized team's tokens per solved problem "
         "(optimization included) drop to the seed team's / the single agent's; never: not even for free.</p>"

@@ -81,6 +81,7 @@ class ReportData:
     nonconformant_jobs: int = 0  # drawn jobs that ran off the grid protocol
     matched: list[dict[str, Any]] = field(default_factory=list)  # aggregate.matched rows
     transfer: dict[str, Any] = field(default_factory=dict)  # aggregate.transfer matrices
+    designs: list[dict[str, Any]] = field(default_factory=list)  # aggregate.designs rows (clustered, cutoff)
 
     @property
     def nonconformant_label(self) -> str | None:
@@ -287,4 +288,9 @@ def load(
                                         deployments=deployments)
     data.transfer = transfer.transfer_matrix(groups, stats)
     data.notes.extend(data.transfer["notes"])
+    from optimizers.protocol.aggregate import designs
+
+    complete = {g.key: stats[g.key] for g in groups if g.key in stats and not g.problems}
+    data.designs = designs.design_rows([g for g in groups if g.key in complete], complete,
+                                       lambda row: (row["task"], row["model"]), replicates)
     return data

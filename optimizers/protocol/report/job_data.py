@@ -139,6 +139,10 @@ class JobStory:
     diffs: tuple[FieldDiff, ...]
     verdicts: tuple[ProblemVerdicts, ...]
     test: Mapping[str, Any]  # baseline_mean, deployed_mean, delta_pp
+    # What a test-only job tested instead of a search (empty for every other job):
+    # {"matched": result.json "matched"} for a matched-compute baseline,
+    # {"transfer": source job id, folder, its own Δpp, "tuned": cell.transfer_from} for a transfer job.
+    origin: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def kept_seed(self) -> bool:
@@ -407,7 +411,19 @@ def job_story(folder: Path, result: Mapping[str, Any] | None = None, *,
         verdicts=problem_verdicts(test, evaluations or evaluation_dir(folder), known),
         test={key: test.get(key, (result.get("test") or {}).get(key))
               for key in ("baseline_mean", "deployed_mean", "delta_pp", "valid_for_aggregation")},
+        origin=_origin(result, test, cell),
     )
+
+
+def _origin(result: Mapping[str, Any], test: Mapping[str, Any], cell: Mapping[str, Any]) -> dict[str, Any]:
+    matched = result.get("matched") or test.get("matched")
+    if isinstance(matched, Mapping):
+        return {"matched": {k: v for k, v in matched.items() if k != "problems"}}
+    tuned = cell.get("transfer_from")
+    if isinstance(tuned, Mapping):
+        source = result.get("transfer") if isinstance(result.get("transfer"), Mapping) else {}
+        return {"transfer": {**source, "tuned": dict(tuned)}}
+    return {}
 
 
 def changed_fields(diffs: Sequence[FieldDiff]) -> list[FieldDiff]:

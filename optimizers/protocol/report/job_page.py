@@ -318,7 +318,49 @@ def programs_section(story: JobStory) -> str:
 
 
 def job_heading(story: JobStory) -> str:
-    return f"{story.method} on {story.runtime} / {story.model}, seed {story.seed}"
+    tuned = (story.origin.get("transfer") or {}).get("tuned") or {}
+    source = f" (tuned on {model_key(str(tuned.get('model')))})" if tuned else ""
+    return f"{story.method}{source} on {story.runtime} / {story.model}, seed {story.seed}"
+
+
+def model_key(model: str) -> str:
+    from optimizers.protocol.grid import cells
+
+    return cells.model_key(model)
+
+
+_CHOICE = {"vote": "the behavioural vote (the largest group of programs printing the same outputs on the "
+                   "statement's sample inputs)",
+           "examples": "the agent's own python_exec checks (the program passing most of the statement's "
+                       "examples)"}
+
+
+def origin_section(story: JobStory) -> str:
+    """What a test-only job tested in place of a search: a matched-compute baseline's single agent
+    and its N, or a transfer job's source. Empty for every other job."""
+    matched, transfer = story.origin.get("matched"), story.origin.get("transfer")
+    if matched:
+        def tokens(key: str) -> str:
+            value = matched.get(key)
+            return "–" if value is None else f"{float(value):,.0f}"
+
+        how = "matched to the team's tokens" if matched.get("match") == "tokens" else "fixed"
+        return (f'<p class="origin"><strong>Matched-compute baseline</strong> ({escape(str(matched.get("method")))}'
+                f", test only, no search): the deployed column is the condition's single agent (the single "
+                f"topology's seed prompt) sampled N = {escape(str(matched.get('n')))} times per problem ({how}), "
+                f"one program submitted by {_CHOICE.get(str(matched.get('selection_rule')), 'its rule')}. "
+                f"Tokens per problem: team {tokens('team_tokens_per_problem')}, single agent "
+                f"{tokens('single_tokens_per_problem')} (one sample {tokens('sample_tokens_per_problem')}).</p>")
+    if transfer:
+        tuned = transfer.get("tuned") or {}
+        delta = transfer.get("source_delta_pp")
+        own = "–" if delta is None else f"{float(delta):+.2f} pp"
+        return (f'<p class="origin"><strong>Transfer job</strong>: the prompts {escape(str(tuned.get("method")))} '
+                f"deployed on {escape(model_key(str(tuned.get('model'))))} (job "
+                f"<code>{escape(str(transfer.get('job_id', '?')))}</code>, its own Δ {own}; "
+                f"{escape(str(transfer.get('source_folder', '')))}) tested unchanged under this model against its "
+                "own seed team; no search, nothing charged.</p>")
+    return ""
 
 
 def job_body(story: JobStory, *, level: str = "h1", programs_page: str = "") -> list[str]:
@@ -326,7 +368,7 @@ def job_body(story: JobStory, *, level: str = "h1", programs_page: str = "") -> 
     one-job report (``programs_page``: the job page the verdicts then link into)."""
     return [f'<{level} id="job-title">{escape(job_heading(story))}</{level}>',
             f'<p class="caption">job <code>{escape(story.job_id)}</code> · {escape(str(story.folder))}</p>',
-            outcome_section(story), curve_section(story), candidates_section(story), diff_section(story),
+            origin_section(story), outcome_section(story), curve_section(story), candidates_section(story), diff_section(story),
             verdicts_section(story, programs_page=programs_page),
             "" if programs_page else programs_section(story)]
 

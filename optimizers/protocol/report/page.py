@@ -148,6 +148,9 @@ def render_html(data: Any, images: dict[str, bytes], roots: Sequence[Path], *,
     from optimizers.protocol.report import baseline_panels
 
     parts.extend(baseline_panels.html_sections(data))
+    from optimizers.protocol.report import design_panels
+
+    parts.extend(design_panels.html_sections(data))
     for panel_id, panel in PANELS.items():
         head = f"<section id=\"panel-{panel_id}\" class=\"panel\"><h2>{escape(panel.title)}</h2>"
         if panel_id not in images:

@@ -10,12 +10,21 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from optimizers.protocol.grid import cells
-from optimizers.protocol.grid.config import PHASES, SELECTION_MODES, JobConfig, ModelSpec, TrackerSpec
+from optimizers.protocol.grid.config import (
+    PHASES,
+    SELECTION_MODES,
+    TEST_DESIGNS,
+    JobConfig,
+    ModelSpec,
+    TestDesign,
+    TrackerSpec,
+)
 from topologies.types import Decoding
 
 DATA_SOURCES = ("hf", "builtin")
@@ -200,6 +209,72 @@ def _selection(value: Any, defaults: Mapping[str, Any]) -> tuple[str, int]:
     return mode, _int(value.get("size", defaults["selection_size"]), "selection.size", minimum=1)
 
 
+_ISO_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+_TEST_KEYS = ("design", "after", "before", "size", "samples", "val_samples", "temperature", "draw_seed")
+
+
+def _date(value: Any, key: str, cutoff: str | None) -> str | None:
+    """An ISO date (YYYY-MM-DD), or ``cutoff``: the model's training cutoff (conf/model)."""
+    if value in (None, ""):
+        return None
+    text = str(value).strip()
+    if text == "cutoff":
+        if not cutoff:
+            raise ConfigError(f"{key}=cutoff but the model has no training cutoff; set model.cutoff=YYYY-MM-DD "
+                              "or give a date")
+        text = str(cutoff).strip()
+    if not _ISO_DATE.match(text):
+        raise ConfigError(f"{key} must be an ISO date YYYY-MM-DD or 'cutoff', not {value!r}")
+    return text
+
+
+def parse_test_design(value: Any, cutoff: str | None) -> TestDesign:
+    """``test: {design: lcb50|window, after, before, size, samples, val_samples, temperature}``."""
+    if value is None:
+        return TestDesign()
+    if not isinstance(value, Mapping):
+        raise ConfigError("test must be a mapping (test=lcb50 | test=window)")
+    unknown = sorted(set(value) - set(_TEST_KEYS))
+    if unknown:
+        raise ConfigError(f"test: unknown setting(s) {', '.join(unknown)}; known: {', '.join(_TEST_KEYS)}")
+    design = _str(value.get("design", "lcb50"), "test.design")
+    if design not in TEST_DESIGNS:
+        raise ConfigError(f"test.design must be one of {', '.join(TEST_DESIGNS)}, not {design!r}")
+    after = _date(value.get("after"), "test.after", cutoff)
+    before = _date(value.get("before"), "test.before", cutoff)
+    size = value.get("size")
+    temperature = value.get("temperature")
+    if temperature is not None:
+        try:
+            temperature = float(temperature)
+        except (TypeError, ValueError):
+            raise ConfigError(f"test.temperature must be a number, not {temperature!r}") from None
+        if temperature < 0:
+            raise ConfigError(f"test.temperature must be >= 0, not {temperature}")
+    result = TestDesign(
+        design=design, after=after, before=before,
+        size=None if size is None else _int(size, "test.size", minimum=1),
+        samples=_int(value.get("samples", 1), "test.samples", minimum=1),
+        val_samples=_int(value.get("val_samples", 1), "test.val_samples", minimum=1),
+        temperature=temperature, draw_seed=_int(value.get("draw_seed", 0), "test.draw_seed", minimum=0))
+    if design == "lcb50" and (after or before or result.size is not None):
+        raise ConfigError("test.after/before/size select a window: use test=window")
+    if design == "window" and after and before and after >= before:
+        raise ConfigError(f"test.after {after} is not before test.before {before}: the window is empty")
+    return result
+
+
+def sampled_decoding(decoding: Decoding, design: TestDesign) -> Decoding:
+    """The evaluation decoding under a test design: its temperature, and samples need one > 0."""
+    if design.temperature is not None:
+        decoding = dataclasses.replace(decoding, temperature=design.temperature)
+    if max(design.samples, design.val_samples) > 1 and decoding.temperature <= 0:
+        raise ConfigError(f"test.samples={design.samples} / test.val_samples={design.val_samples} needs an "
+                          "evaluation temperature above 0: greedy samples are copies (set test.temperature, "
+                          "e.g. 0.2 as LiveCodeBench does with 10 samples)")
+    return decoding
+
+
 def job_config_from_dict(raw: Mapping[str, Any]) -> JobConfig:
     """Plain config data (as composed from conf/) -> JobConfig; ``ConfigError`` on bad values."""
     defaults = {f.name: f.default for f in dataclasses.fields(JobConfig)}
@@ -208,9 +283,15 @@ def job_config_from_dict(raw: Mapping[str, Any]) -> JobConfig:
     # come from the source's job.json; this config contributes the model (and how to run).
     source = _source_spec(deploy_from) if deploy_from is not None else None
     if source is not None:
+        _refuse_other_method_or_seed(raw, source, deploy_from)
         method = {"name": source["method"], **(source.get("method_params") or {})}
-        topology, team_size = str(source["topology"]), int(source["team_size"])
-        rounds, max_turns = int(source["rounds"]), int(source["max_turns"])
+        if isinstance(raw.get("topology"), Mapping):
+            # This job's topology when one is given (the source's prompts must fit its roles;
+            # the job refuses them in one line when they do not), else the source's.
+            topology, team_size, rounds, max_turns = _topology(raw)
+        else:
+            topology, team_size = str(source["topology"]), int(source["team_size"])
+            rounds, max_turns = int(source["rounds"]), int(source["max_turns"])
         communication = str(source["communication"])
     else:
         method = _group(raw, "method")
@@ -224,7 +305,10 @@ def job_config_from_dict(raw: Mapping[str, Any]) -> JobConfig:
     model_id = _str(model_cfg.get("id"), "model.id").strip()
     if not model_id:
         raise ConfigError("model.id is empty")
-    model = ModelSpec(model_alias(model_id), model_id, _endpoints(raw.get("task_endpoints"), "task_endpoints"))
+    cutoff = _date(model_cfg.get("cutoff"), "model.cutoff", None)
+    model = ModelSpec(model_alias(model_id), model_id, _endpoints(raw.get("task_endpoints"), "task_endpoints"),
+                      cutoff)
+    design = parse_test_design(raw.get("test"), cutoff)
     reflection_cfg = _group(raw, "reflection")
     reflection = ModelSpec(
         "reflection",
@@ -294,7 +378,8 @@ def job_config_from_dict(raw: Mapping[str, Any]) -> JobConfig:
         optimize_max_tests=None if max_tests is None else _int(max_tests, "optimize_max_tests", minimum=1),
         optimize_decoding=_capped(
             _decoding(defaults["optimize_decoding"], decoding.get("optimize"), "decoding.optimize"), output_cap),
-        eval_decoding=_capped(_decoding(defaults["eval_decoding"], decoding.get("eval"), "decoding.eval"), output_cap),
+        eval_decoding=sampled_decoding(
+            _capped(_decoding(defaults["eval_decoding"], decoding.get("eval"), "decoding.eval"), output_cap), design),
         reflection_decoding=_capped(
             _decoding(defaults["reflection_decoding"], decoding.get("reflection"), "decoding.reflection"),
             output_cap if reflection.id == model.id else None,
@@ -306,6 +391,7 @@ def job_config_from_dict(raw: Mapping[str, Any]) -> JobConfig:
         ),
         selection=selection_mode,
         selection_size=selection_size,
+        test=design,
         force_resume=_bool(raw.get("force_resume", False), "force_resume"),
         deploy_from=deploy_from,
         tracker=tracker,
@@ -313,6 +399,20 @@ def job_config_from_dict(raw: Mapping[str, Any]) -> JobConfig:
         verbose=_bool(raw.get("verbose", False), "verbose"),
         log_level=log_level,
     )
+
+
+def _refuse_other_method_or_seed(raw: Mapping[str, Any], source: Mapping[str, Any], folder: Path) -> None:
+    """A transfer job tests the source's prompts with the source's method record and seed (the
+    pairing is on the same problems and seeds): a different --method or --seed is a mistake."""
+    method = raw.get("method")
+    name = method.get("name") if isinstance(method, Mapping) else None
+    if name is not None and name != source["method"]:
+        raise ConfigError(f"deploy_from {folder}: the source job ran {source['method']}, not {name} "
+                          "(leave --method out: a transfer job takes the source's)")
+    seed = raw.get("seed")
+    if isinstance(seed, int) and not isinstance(seed, bool) and seed != int(source["seed"]):
+        raise ConfigError(f"deploy_from {folder}: the source job ran seed {source['seed']}, not {seed} "
+                          "(leave --seed out: a transfer job is paired on the source's seed)")
 
 
 def _source_spec(folder: Path) -> Mapping[str, Any]:
