@@ -227,7 +227,7 @@ def _stamp(stamps: list[float] | None, report: bool = False) -> None:
     if stamps is not None:
         stamps.append(time.monotonic())
         if report:
-            _report({"stamps": stamps})
+            _report({"stamps": stamps, "cpu_at_start": time.process_time()})
 
 
 def _lower_rlimit(which: int, value: int) -> None:
@@ -574,7 +574,7 @@ def run_test(job: dict, code, index: int, input_fd: int, commands: socket.socket
     """Fork one test process and report how it ended (never the verdict). The input arrives
     as a descriptor that only the test process reads: the zygote never holds its content."""
     status_r, status_w = os.pipe()
-    began = time.monotonic()
+    began, began_cpu = time.monotonic(), time.process_time()
     pid = os.fork()
     if pid == 0:
         os.close(status_r)
@@ -593,6 +593,7 @@ def run_test(job: dict, code, index: int, input_fd: int, commands: socket.socket
               "info": _status_info(_read_all(status_r))}
     if job["timings"]:  # the zygote's side: fork called, fork returned, exit seen, reaped and cleaned
         report["zygote_stamps"] = [began, forked, ended, time.monotonic()]
+        report["zygote_cpu_s"] = time.process_time() - began_cpu
     if os.WIFSIGNALED(status):
         report["signal"] = os.WTERMSIG(status)
     else:
@@ -617,11 +618,17 @@ def _unprivileged_can_run(folder: str) -> bool:
     return _BRIDGE[0] and _isolate.reachable_by_others(os.path.dirname(folder))
 
 
+_FROM_SERVER: list[list[str]] = []  # the namespaces the fork server gave this zygote (as root)
+
+
 def _enter_namespaces(job: dict) -> list[str]:
-    """Network, IPC and PID namespaces (see lcb/_isolate.py); the layers in force. With a PID
-    namespace this forks: the caller stays behind as the zygote's warden (its pid is the one
-    the harness watches and kills, its process group the zygote's) and only the zygote, init of
-    the new namespace, returns."""
+    """Network, IPC and PID namespaces (see lcb/_isolate.py); the layers in force. As root the
+    fork server has prepared them (``ZygoteNamespaces``); otherwise, with a PID namespace, this
+    forks: the caller stays behind as the zygote's warden (its pid is the one the harness
+    watches and kills, its process group the zygote's) and only the zygote, init of the new
+    namespace, returns."""
+    if _FROM_SERVER:
+        return _FROM_SERVER[0]
     if not job["namespaces"]:
         return []
     how, pid_ns = _isolate.enter_namespaces(pid=True)
@@ -761,7 +768,7 @@ def run_job(job: dict, commands_fd: int, emit: _Emitter, layers: list[str], cloc
     job["module"] = program_module(job)
     gc.freeze()  # test processes inherit these objects; a collection there must not touch (copy) them
     clock.lap("module")
-    emit("ready", wrapped=wrapped, **({"setup_s": clock.laps, "setup_began": clock.began} if job["timings"] else {}))
+    emit("ready", wrapped=wrapped, **({"setup_s": clock.laps, "setup_cpu_s": clock.cpu_laps, "setup_began": clock.began} if job["timings"] else {}))
     commands = socket.socket(fileno=commands_fd)
     for command, fds in _commands(commands):
         name, _, argument = command.partition(" ")
@@ -782,12 +789,27 @@ class _Clock:
 
     def __init__(self) -> None:
         self.laps: dict[str, float] = {}
+        self.cpu_laps: dict[str, float] = {}
         self.began = self._last = time.monotonic()
+        self._last_cpu = time.process_time()
 
     def lap(self, name: str) -> None:
-        now = time.monotonic()
+        now, cpu = time.monotonic(), time.process_time()
         self.laps[name] = round(now - self._last, 6)
-        self._last = now
+        self.cpu_laps[name] = round(max(cpu - self._last_cpu, 0.0), 6)
+        self._last, self._last_cpu = now, cpu
+
+    def forked(self) -> None:
+        """In a forked child, whose CPU clock starts again at 0."""
+        self._last_cpu = 0.0
+
+
+def _host_pid() -> int:
+    """Our pid as the host sees it (/proc is the host's), also inside a PID namespace of our own."""
+    try:
+        return int(os.readlink("/proc/self"))
+    except (OSError, ValueError):
+        return os.getpid()
 
 
 def _zygote_main(job_path: str, result_fd: int, commands_fd: int) -> None:
@@ -797,9 +819,12 @@ def _zygote_main(job_path: str, result_fd: int, commands_fd: int) -> None:
         clock = _Clock()
         with open(job_path, encoding="utf-8") as fh:
             job = json.load(fh)
-        job["outer_pid"] = os.getpid()
+        job["outer_pid"] = _host_pid()
         _set_limits(job)
+        parent = os.getpid()
         layers = _enter_namespaces(job)  # with a PID namespace, only the zygote comes back
+        if os.getpid() != parent:
+            clock.forked()
         clock.lap("namespaces")
         run_job(job, commands_fd, emit, layers, clock)
     except BaseException as exc:  # our bug or a hostile environment: say so, never hang
@@ -826,6 +851,7 @@ def serve(sock_fd: int) -> None:
     _libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     sock = socket.socket(fileno=sock_fd)
     zygotes: dict[int, str] = {}  # pid -> the job's folder
+    namespaces = _isolate.ZygoteNamespaces()
     while True:
         ready, _, _ = select.select([sock], [], [], 1.0)
         if ready:
@@ -839,12 +865,19 @@ def serve(sock_fd: int) -> None:
                 for fd in fds:
                     os.close(fd)
                 continue
+            job_path, _, wants = message.decode().partition("\n")
+            _reap(zygotes, namespaces)  # first: a network namespace may have come free
+            net = namespaces.before_fork() if wants == "namespaces" else None
             pid = os.fork()
             if pid == 0:
                 sock.close()
                 os.setsid()
                 _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-                _zygote_main(message.decode(), fds[0], fds[1])
+                if net is not None:
+                    _FROM_SERVER.append(namespaces.in_zygote(net))
+                _zygote_main(job_path, fds[0], fds[1])
+            if net is not None:
+                namespaces.after_fork(pid, net)
             # Tell the harness the zygote's pid ourselves: it can then kill a zygote that
             # never got as far as reporting (a small write to a fresh pipe does not block).
             try:
@@ -853,8 +886,8 @@ def serve(sock_fd: int) -> None:
                 pass
             os.close(fds[0])
             os.close(fds[1])
-            zygotes[pid] = os.path.dirname(message.decode())
-        _reap(zygotes)
+            zygotes[pid] = os.path.dirname(job_path)
+        _reap(zygotes, namespaces)
     for pid in zygotes:
         try:
             os.killpg(pid, signal.SIGKILL)
@@ -866,13 +899,14 @@ def serve(sock_fd: int) -> None:
             shutil.rmtree(folder, ignore_errors=True)
 
 
-def _reap(zygotes: dict[int, str]) -> None:
+def _reap(zygotes: dict[int, str], namespaces: _isolate.ZygoteNamespaces) -> None:
     try:
         while True:
             pid, _status = os.waitpid(-1, os.WNOHANG)
             if pid == 0:
                 break
             zygotes.pop(pid, None)
+            namespaces.reaped(pid)  # init of its PID namespace: everything of that program is gone
     except ChildProcessError:
         return
     # Children that are not zygotes are orphans of a dead zygote's tests: kill them.

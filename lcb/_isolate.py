@@ -89,6 +89,89 @@ def enter_namespaces(pid: bool = True) -> tuple[str, bool]:
     return "user", bool(flags & CLONE_NEWPID)
 
 
+def setns(fd: int, kind: int) -> bool:
+    return _libc.setns(fd, kind) == 0
+
+
+class ZygoteNamespaces:
+    """As root, the fork server's share of the namespaces (cheaper than a warden per program):
+
+    * a PID namespace per zygote without an extra process: ``unshare(CLONE_NEWPID)`` before the
+      fork (the zygote becomes init of a fresh one), then ``setns`` back to our own, so the next
+      unshare is allowed again;
+    * network namespaces reused: creating one and tearing it down costs milliseconds of kernel
+      time per program. A namespace whose program has ended (its init is reaped, so every
+      process of it is gone, and with them every socket) goes back to the pool and serves the
+      next program; two programs graded at the same time never share one.
+
+    ``usable`` is False where we are not root or the kernel refuses any of it: the zygote then
+    makes its own namespaces (``enter_namespaces``, with a warden for the PID namespace).
+    """
+
+    def __init__(self) -> None:
+        self.free: list[int] = []  # network namespaces no live program uses
+        self.busy: dict[int, int] = {}  # zygote pid -> its network namespace
+        self.usable = False
+        if os.geteuid() != 0:
+            return
+        try:
+            self._own_pid = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
+            self._own_net = os.open("/proc/self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return
+        self.usable = True
+
+    def _network(self) -> int | None:
+        if self.free:
+            return self.free.pop()
+        if _libc.unshare(CLONE_NEWNET) != 0:
+            return None
+        try:
+            return os.open("/proc/self/ns/net", os.O_RDONLY | os.O_CLOEXEC)
+        finally:
+            if not setns(self._own_net, CLONE_NEWNET):
+                raise OSError("cannot return to the fork server's network namespace")
+
+    def before_fork(self) -> int | None:
+        """The network namespace for the next zygote, with the PID namespace prepared; None
+        (nothing prepared) where that fails."""
+        if not self.usable:
+            return None
+        net = self._network()
+        if net is None:
+            self.usable = False
+            return None
+        if _libc.unshare(CLONE_NEWPID) != 0:
+            self.free.append(net)
+            self.usable = False
+            return None
+        return net
+
+    def after_fork(self, pid: int, net: int) -> None:
+        """In the server: our own PID namespace for the children after this one again."""
+        if not setns(self._own_pid, CLONE_NEWPID):
+            self.usable = False
+        self.busy[pid] = net
+
+    def in_zygote(self, net: int) -> list[str]:
+        """In the fresh zygote (init of its PID namespace): the network namespace from the pool,
+        an IPC namespace of its own (System V objects outlive processes: never reused). The
+        pool's descriptors are closed here."""
+        joined = setns(net, CLONE_NEWNET)
+        for fd in [self._own_pid, self._own_net, *self.free, *self.busy.values(), net]:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        ipc = _libc.unshare(CLONE_NEWIPC) == 0
+        return (["netns"] if joined else []) + (["ipcns"] if ipc else []) + ["pidns"]
+
+    def reaped(self, pid: int) -> None:
+        net = self.busy.pop(pid, None)
+        if net is not None:
+            self.free.append(net)
+
+
 # ---------------------------------------------------------------- identity
 
 

@@ -246,15 +246,17 @@ class _ForkServer:
             theirs.close()
         self._sock = ours
 
-    def submit(self, job_path: str, fds: list[int]) -> None:
-        """Hand a job and its pipes (results, commands) to the server; restart it once if it died."""
+    def submit(self, job_path: str, fds: list[int], namespaces: bool = True) -> None:
+        """Hand a job and its pipes (results, commands) to the server; restart it once if it died.
+        ``namespaces``: whether the server prepares the zygote's namespaces (where it can)."""
+        message = f"{job_path}\n{'namespaces' if namespaces else '-'}".encode()
         with self._lock:
             for attempt in range(2):
                 if self._proc is None or self._proc.poll() is not None:
                     self._close_locked()
                     self._start()
                 try:
-                    socket.send_fds(self._sock, [job_path.encode()], fds)
+                    socket.send_fds(self._sock, [message], fds)
                     return
                 except OSError:
                     self._close_locked()
@@ -463,7 +465,7 @@ def _run_via_server(job_path: str, job: SandboxJob, folder: str, deadline: float
     result_r, result_w = os.pipe()
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     try:
-        _SERVER.submit(job_path, [result_w, theirs.fileno()])
+        _SERVER.submit(job_path, [result_w, theirs.fileno()], job.namespaces)
     except BaseException:
         ours.close()
         raise

@@ -5,6 +5,12 @@ Every file a job writes goes through here. Whole files are written atomically (t
 their own canonical content and are verified on read, so a hand-edited or half-copied file is
 refused instead of silently trusted. Journals are append-only JSONL; a line cut short by a kill is
 ignored on read (it was never acknowledged to anyone).
+
+A process that is being killed can stop writing altogether (``freeze_writes``): on a cluster the
+scheduler sends SIGTERM to every process of a job before SIGKILL, so the job's own sandboxed
+programs die first and would otherwise be journaled as infrastructure failures that never
+happened in an undisturbed run. Once frozen, appends and file writes are dropped: what was written
+is consistent, and the job resumes from it when it starts again.
 """
 
 from __future__ import annotations
@@ -19,6 +25,18 @@ from pathlib import Path
 from typing import Any
 
 SEAL_KEY = "sha256"
+
+_frozen = threading.Event()
+
+
+def freeze_writes() -> None:
+    """From now on this process writes no journal record and no file through this module (it is
+    being terminated; see the module docstring). There is no thaw: the process is going away."""
+    _frozen.set()
+
+
+def writes_frozen() -> bool:
+    return _frozen.is_set()
 
 
 class SealError(ValueError):
@@ -41,6 +59,8 @@ def short_hash(value: Any, length: int = 16) -> str:
 
 def write_text_atomic(path: Path | str, text: str) -> None:
     """Write ``text`` durably: readers see the old file or the new one, never a partial one."""
+    if _frozen.is_set():
+        return
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -118,6 +138,8 @@ class JsonlJournal:
     def append(self, record: Mapping[str, Any]) -> None:
         line = (json.dumps(record, sort_keys=True, ensure_ascii=False, allow_nan=False) + "\n").encode("utf-8")
         with self._lock:
+            if _frozen.is_set():
+                return
             self.path.parent.mkdir(parents=True, exist_ok=True)
             if not self._tail_checked:
                 self._repair_tail()

@@ -10,6 +10,13 @@ any grader: a few shipped solutions compute for 3-20 s on a test here, in either
     .venv/bin/python benchmarks/perf/grading_speed.py --against f1db267 [--limit N]   # vs an older grader
     .venv/bin/python benchmarks/perf/grading_speed.py --load [--limit N]              # quiet vs CPU hogs
     .venv/bin/python benchmarks/perf/grading_speed.py --against-lcb-runner LCB_CHECKOUT [--limit N]
+    .venv/bin/python benchmarks/perf/grading_speed.py --breakdown [--limit N] [--workers W]
+
+``--breakdown`` grades the programs' public tests with the sandbox's timings on and prints where
+the harness spends its time, per program (harness preparation, server fork, namespaces and the
+warden's fork, identity, Landlock, seccomp, compile, module with the prelude, clean-up) and per
+test (sending the input, fork, the test process's entry, guard, module, the program itself,
+reaping, the report's way back, compare): total seconds over all programs, and the mean.
 
 ``--against-lcb-runner DIR`` grades the same programs' public tests with our grader and with
 LiveCodeBench's own harness (``lcb_runner.evaluation.codegen_metrics`` from the checkout DIR,
@@ -243,6 +250,113 @@ def _against_lcb_runner(args) -> int:
     return 0
 
 
+def _timed_job(problem: Problem, code: str, timeout_s: float):
+    """The sandbox job ``grade`` would run on the public tests, with timings on."""
+    from lcb.sandbox import SandboxJob, memory_limit_bytes
+
+    cases = problem.public_tests
+    kind = cases[0].kind
+    return SandboxJob(mode=kind.value, code=code, tests=tuple((c.input, c.output) for c in cases),
+                      fn_name=problem.fn_name if kind is TestKind.FUNCTIONAL else None, timeout_s=timeout_s,
+                      memory_bytes=memory_limit_bytes(),
+                      output_limit_bytes=max(32 * 1024**2, 4 * max(len(c.output) for c in cases) + 1024**2),
+                      timings=True)
+
+
+# Per program: (name, what it covers) from the harness's and the zygote's stamps.
+_PROGRAM_PARTS = ("harness: folder, job file, hand-over", "server fork to zygote start", "namespaces (+ warden fork)",
+                  "identity (uid, caps, rlimits)", "numpy import (programs naming it)", "landlock (2 domains)",
+                  "seccomp", "compile", "module + prelude", "harness: rest until done, folder removed")
+_LAPS = {"namespaces": 2, "identity": 3, "numpy": 4, "landlock": 5, "seccomp": 6, "compile": 7, "module": 8}
+_TEST_PARTS = ("fork (zygote side)", "child scheduled after fork", "child entry (group, stdio, rlimits, scope)",
+               "reliability guard", "module goes live", "program runs and exits", "reap + kill descendants",
+               "report to harness", "compare (judge)", "harness: send next input, wait")
+
+
+def _breakdown_of(run) -> tuple[list[float], list[list[float]], dict[str, float]]:
+    """(per-program seconds by _PROGRAM_PARTS, per-test seconds by _TEST_PARTS, CPU seconds:
+    the zygote's set-up by lap, its per-test work, the test processes before and in the program)."""
+    program = [0.0] * len(_PROGRAM_PARTS)
+    cpu: dict[str, float] = {}
+    harness = next((e["stamps"] for e in run.events if e.get("event") == "harness"), None)
+    ready = next((e for e in run.events if e.get("event") == "ready"), None)
+    if harness is None or ready is None:
+        return program, [], cpu
+    program[0] = harness[1] - harness[0]
+    program[1] = ready["setup_began"] - harness[1]
+    for name, seconds in ready["setup_s"].items():
+        program[_LAPS[name]] += seconds
+    for name, seconds in ready.get("setup_cpu_s", {}).items():
+        cpu[f"zygote set-up: {name}"] = cpu.get(f"zygote set-up: {name}", 0.0) + seconds
+    for event in run.events:
+        if event.get("event") == "ran" and "zygote_cpu_s" in event:
+            cpu["zygote per test (fork, wait, reap, report)"] = cpu.get(
+                "zygote per test (fork, wait, reap, report)", 0.0) + event["zygote_cpu_s"]
+            before = float(event.get("info", {}).get("cpu_at_start", 0.0))
+            cpu["test process before the program (entry, guard, module)"] = cpu.get(
+                "test process before the program (entry, guard, module)", 0.0) + before
+            cpu["test process: program and exit"] = cpu.get("test process: program and exit", 0.0) + max(
+                float(event.get("cpu_s", 0.0)) - before, 0.0)
+    ran = {e["index"]: e for e in run.events if e.get("event") == "ran" and "zygote_stamps" in e}
+    judged = {e["index"]: e for e in run.events if e.get("event") == "test" and "harness_stamps" in e}
+    tests, previous = [], None
+    for index in sorted(ran):
+        z, c = ran[index]["zygote_stamps"], ran[index].get("info", {}).get("stamps")
+        h = judged.get(index, {}).get("harness_stamps")
+        if not c or not h or len(c) != 4:
+            continue
+        # the test's share of harness time outside the zygote: since the previous test was judged
+        waited = (z[0] - previous) if previous is not None else 0.0
+        tests.append([z[1] - z[0], c[0] - z[0], c[1] - c[0], c[2] - c[1], c[3] - c[2], z[2] - c[3], z[3] - z[2],
+                      h[0] - z[3], h[1] - h[0], max(waited, 0.0)])
+        previous = h[1]
+    program[9] = harness[2] + (harness[3] - harness[2]) - (previous if previous is not None else harness[2])
+    program[9] = max(program[9], 0.0)
+    return program, tests, cpu
+
+
+def _breakdown(args) -> int:
+    """Where the harness spends its time, per program and per test (all public tests)."""
+    from lcb.sandbox import run_in_sandbox
+
+    items = _load_items(args.limit)
+    run_in_sandbox(_timed_job(*items[0], 6.0))  # fork server up outside the measurement
+    began = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=args.workers) as pool:
+        runs = list(pool.map(lambda item: run_in_sandbox(_timed_job(item[0], item[1], 6.0)), items))
+    wall = time.perf_counter() - began
+    programs, tests, cpu = [], [], {}
+    for run in runs:
+        program, per_test, cpu_parts = _breakdown_of(run)
+        programs.append(program)
+        tests.extend(per_test)
+        for name, seconds in cpu_parts.items():
+            cpu[name] = cpu.get(name, 0.0) + seconds
+    load = os.getloadavg()
+    lines = [f"{len(items)} programs, {len(tests)} tests, {args.workers} workers, wall {wall:.2f} s, "
+             f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}", "",
+             f"{'per program':<46} {'total s':>9} {'mean ms':>9}"]
+    for i, name in enumerate(_PROGRAM_PARTS):
+        total = sum(p[i] for p in programs)
+        lines.append(f"{name:<46} {total:9.2f} {1000 * total / max(len(programs), 1):9.3f}")
+    lines += ["", f"{'per test':<46} {'total s':>9} {'mean ms':>9} {'median ms':>10}"]
+    for i, name in enumerate(_TEST_PARTS):
+        values = sorted(t[i] for t in tests)
+        median = values[len(values) // 2] if values else 0.0
+        lines.append(f"{name:<46} {sum(values):9.2f} {1000 * sum(values) / max(len(values), 1):9.3f} "
+                     f"{1000 * median:10.3f}")
+    lines += ["", "CPU seconds (much less disturbed by other load than the wall-clock parts above)",
+              f"{'':<60} {'total s':>9} {'per program ms':>15}"]
+    for name, seconds in sorted(cpu.items()):
+        lines.append(f"{name:<60} {seconds:9.2f} {1000 * seconds / max(len(programs), 1):15.3f}")
+    program_total = sum(map(sum, programs))
+    test_total = sum(map(sum, tests))
+    lines += ["", f"worker seconds: per-program parts {program_total:.2f}, per-test parts {test_total:.2f}, "
+                  f"of {args.workers * wall:.2f} ({args.workers} x wall)"]
+    print("\n".join(lines))
+    return 0
+
+
 def _differing(a: list[list[bool]], b: list[list[bool]]) -> int:
     return sum(x != y for x, y in zip(a, b))
 
@@ -310,6 +424,8 @@ def main() -> int:
                         help="compare with LiveCodeBench's codegen_metrics from the checkout DIR")
     parser.add_argument("--lcb-python", default=sys.executable,
                         help="--against-lcb-runner: the interpreter that can import lcb_runner's evaluation")
+    parser.add_argument("--breakdown", action="store_true",
+                        help="print where the harness spends its time per program and per test")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--only", default=None, help=argparse.SUPPRESS)  # --worker: these item indices
     args = parser.parse_args()
@@ -322,6 +438,8 @@ def main() -> int:
         return 0
     if args.worker:
         return _worker(args)
+    if args.breakdown:
+        return _breakdown(args)
     if args.against_lcb_runner:
         return _against_lcb_runner(args)
     if args.against:

@@ -118,7 +118,8 @@ def compare_prompt(role: str, question: str, output_a: str, output_b: str) -> st
         f"=== TASK ===\n{question.strip()[:QUESTION_CHARS]}\n\n"
         f"=== TEAM OUTPUT CONTRACT (context: an intermediate role is not penalised for reporting in its own "
         f"format) ===\n{CONTRACT}\n\n=== CHECKS ===\n{CODE_CHECKS}\n\n"
-        f"=== OUTPUT A ===\n{output_a.strip() or '(empty)'}\n\n{MASPO_COMPARE_PHRASE}\n{output_b.strip() or '(empty)'}\n\n"
+        f"=== OUTPUT A ===\n{output_a.strip() or '(empty)'}\n\n"
+        f"{MASPO_COMPARE_PHRASE}\n{output_b.strip() or '(empty)'}\n\n"
         "=== QUESTION ===\nWhich output is more correct for this role, more faithful to the task's constraints and "
         "more useful to the agents after it? Prefer grounded, complete detail without invention. "
         'Respond ONLY with "A" or "B".'

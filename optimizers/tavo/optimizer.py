@@ -106,13 +106,16 @@ def credit_by_segment(params: TAVOParams) -> bool:
     return params.credit_unit == "segment" or (params.credit_unit == "auto" and params.mode == "paper")
 
 
-def validation_batch_size(params: TAVOParams, budget: int, val_size: int) -> int:
+def validation_batch_size(params: TAVOParams, budget: int, val_size: int, train_size: int | None = None) -> int:
+    """``train_size``: the train batch actually drawn (the split may hold fewer rows than
+    ``train_batch_size``; the reference lays the budget out with the drawn size)."""
     if params.validation_batch is not None:
         return min(val_size, params.validation_batch)
     # The reference's layout: the seed's validation batch plus K rounds of (train + validation),
     # v + K (t + v) <= B, so v <= (B - K t) / (K + 1). (With the defaults K + 1 = t = 6; dividing
     # by t, as this did before issue 31, agreed only there.)
-    room = (budget - params.max_outer_rounds * params.train_batch_size) // (params.max_outer_rounds + 1)
+    train = params.train_batch_size if train_size is None else min(params.train_batch_size, train_size)
+    room = (budget - params.max_outer_rounds * train) // (params.max_outer_rounds + 1)
     return min(val_size, max(params.min_validation_batch, room))
 
 
@@ -134,7 +137,7 @@ def plan_batches(params: TAVOParams, budget: int, train_size: int, val_size: int
     (train + validation batch). A smaller budget shrinks both (validation to a third of it, train
     to what is left), so the run proposes and tests at least one candidate instead of spending the
     seed's validation and stopping before its first round."""
-    validation = validation_batch_size(params, budget, val_size)
+    validation = validation_batch_size(params, budget, val_size, train_size)
     train = min(params.train_batch_size, train_size)
     if 2 * validation + train <= budget or budget < SMALLEST_USEFUL_BUDGET:
         return BatchPlan(train, validation)
@@ -144,6 +147,11 @@ def plan_batches(params: TAVOParams, budget: int, train_size: int, val_size: int
 
 @register_optimizer("tavo")
 class TAVOOptimizer(Optimizer):
+    # 2: issue 31, the validation batch by the reference's layout (B - K t) // (K + 1) with the
+    # drawn train batch t (identical for the grid's defaults; differs for other K, t or a train
+    # split under t rows, so a job started before must not resume under this code).
+    version = "2"
+
     @classmethod
     def check_params(cls, params: Mapping[str, Any]) -> None:
         """Refuse unknown or malformed knobs before a job starts (ValueError, one line)."""

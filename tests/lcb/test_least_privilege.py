@@ -14,6 +14,7 @@ import os
 import secrets
 import socket
 import textwrap
+import time
 
 import pytest
 
@@ -291,3 +292,56 @@ def test_the_unprivileged_program_still_imports_the_whole_standard_library_and_n
     assert run.of_kind("exec")[0]["stdout"] == "1/3 6\n", run.of_kind("exec")[0]["stderr"]
     if ROOT:
         assert "unprivileged-uid" in run.layers
+
+
+# ------------------------------------------------------------------ network namespaces reused (as root)
+
+
+LINGERER = textwrap.dedent(r'''
+    import os, socket, sys, time
+    name = sys.stdin.read().strip()
+    print(os.readlink("/proc/self/ns/net"), flush=True)
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind("\0" + name)
+    server.listen(4)
+    if os.fork() == 0:  # a descendant that would keep the name alive after the program ends
+        os.setsid()
+        time.sleep(30)
+        os._exit(0)
+    mine = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    mine.connect("\0" + name)  # the probe works: its own name is reachable
+    print("own name reached", flush=True)
+''')
+
+ASKER = textwrap.dedent(r'''
+    import os, socket, sys
+    name = sys.stdin.read().strip()
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect("\0" + name)
+        print(os.readlink("/proc/self/ns/net"), "reached")
+    except OSError as exc:
+        print(os.readlink("/proc/self/ns/net"), "refused", exc.errno)
+''')
+
+
+@needs_root
+def test_a_reused_network_namespace_holds_nothing_of_the_program_before():
+    """As root the fork server reuses network namespaces (lcb/_isolate.py ZygoteNamespaces):
+    only after a program has ended, with all its processes. A program that leaves a listener
+    on an abstract name (in a descendant of its own) is followed by programs that look for it;
+    one of them gets the same namespace, and none finds the name."""
+    needs_layer("pidns")
+    name = f"lcb-reuse-{secrets.token_hex(6)}"
+    only = {"sockets_paired_only": False, "landlock": False}  # let the probes make sockets at all
+    first = run_in_sandbox(SandboxJob("exec", LINGERER, ((name, ""),), timeout_s=10.0, guard=False, **only))
+    namespace, said = first.of_kind("exec")[0]["stdout"].split("\n")[:2]
+    assert said == "own name reached"
+    later: list[list[str]] = []
+    while len(later) < 12 and namespace not in [word[0] for word in later]:
+        # the server takes a namespace back once it has reaped the program's init: soon, not at once
+        later.append(run_in_sandbox(SandboxJob("exec", ASKER, ((name, ""),), timeout_s=10.0, **only))
+                     .of_kind("exec")[0]["stdout"].split())
+        time.sleep(0.05 * len(later))
+    assert all(word[1] == "refused" for word in later), later
+    assert namespace in [word[0] for word in later], "the namespace was not reused: nothing shown"

@@ -62,23 +62,21 @@ def test_backstop_kills_a_zygote_that_stopped_reporting(monkeypatch):
             return int(fh.read().rsplit(")", 1)[1].split()[1])
 
     def freeze():
-        # The server's child is the job's zygote, or (in a PID namespace of its own) the
-        # zygote's warden, whose only child is the zygote: freeze the zygote once it exists.
+        # Below the server: the job's zygote (or its warden, and below it the zygote), then the
+        # test process. Once two levels exist the zygote is among them: freeze them all.
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline and not stopped:
             live = sandbox.live_sandbox_processes()
             parents = {pid: parent_of(pid) for pid in live}
-            for pid, parent in parents.items():
-                if parent != sandbox.fork_server_pid():
-                    continue
-                below = [p for p, q in parents.items() if q == pid]
-                if below or "pidns" not in layers:
-                    os.kill(below[0] if below else pid, signal.SIGSTOP)
-                    stopped.append(below[0] if below else pid)
-                    break
+            top = [pid for pid, parent in parents.items() if parent == sandbox.fork_server_pid()]
+            if any(parent in top for parent in parents.values()):
+                for pid in live:
+                    os.kill(pid, signal.SIGSTOP)
+                    stopped.append(pid)
+                break
             time.sleep(0.005)
 
-    layers = sandbox.run_in_sandbox(SandboxJob("exec", "pass", (("", ""),))).layers  # server up before freezing
+    sandbox.run_in_sandbox(SandboxJob("exec", "pass", (("", ""),)))  # server up before freezing
     settle = time.monotonic() + 3
     while sandbox.live_sandbox_processes() and time.monotonic() < settle:
         time.sleep(0.01)  # the warm-up zygote must be gone, or we would freeze it instead

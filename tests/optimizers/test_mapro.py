@@ -449,3 +449,29 @@ def test_judge_replies_are_read_wherever_the_score_stands() -> None:
     assert visible_text("<think>a</think> b <think>c") == "b"
     assert thinking_off_body("Qwen/Qwen3.5-9B") == {"chat_template_kwargs": {"enable_thinking": False}}
     assert thinking_off_body("qwen2.5-coder-0.5b-instruct") == {} and thinking_off_body(None) == {}
+
+
+def test_blame_runs_on_a_chain_with_the_reference_blame_system_text(tmp_path: Path) -> None:
+    # A two-stage chain on the useless world: every run fails, so between rounds the debugger
+    # blames the coder. The blame pass (and the rewriter) send their own system texts, which the
+    # journal's prompt hash covers: recomputing it with the expected text must match.
+    from optimizers.reflection import prompt_hash
+    from optimizers.surfaces import MAPRO_BLAME_SYSTEM, MAPRO_REWRITER_SYSTEM
+
+    server = start_world(world="useless")
+    try:
+        run_job(world_job_config(tmp_path / "job", server.base_url, method="mapro", topology="sequential",
+                                 team_size=2, budget=12, method_params={"max_iterations": 2, "candidate_count": 2}),
+                fast_runtime())
+        requests = list(server.requests)
+    finally:
+        server.stop()
+    reflection = list(read_jsonl(tmp_path / "job" / "optimization" / "native" / "reflection.jsonl"))
+    blame = [r for r in reflection if r["purpose"] == "blame"]
+    assert blame and all("Agent 'debugger'" in r["prompt"] and "--- upstream coder ---" in r["prompt"] for r in blame)
+    systems = {"blame": MAPRO_BLAME_SYSTEM, "pool": MAPRO_REWRITER_SYSTEM, "mutate": MAPRO_REWRITER_SYSTEM}
+    assert {r["purpose"] for r in reflection} == set(systems)
+    assert all(r["prompt_sha256"] == prompt_hash(r["purpose"], systems[r["purpose"]], r["prompt"]) for r in reflection)
+    sent = [r for r in requests if "BLAME <agent>" in str(r.body["messages"][-1]["content"])]
+    assert len(sent) == len(blame) and all(r.body["messages"][0] == {"role": "system", "content": MAPRO_BLAME_SYSTEM}
+                                           for r in sent)

@@ -198,6 +198,8 @@ def test_validation_batch_size_follows_the_budget() -> None:
     # The reference's layout v + K (t + v) <= B: v = (B - K t) // (K + 1). With K = 3 rounds of
     # 6 train rows and B = 300: (300 - 18) // 4 = 70 (dividing by t would give 47).
     assert validation_batch_size(TAVOParams(max_outer_rounds=3), 300, 200) == (300 - 3 * 6) // (3 + 1) == 70
+    # ... with the train batch actually drawn: a split of 4 rows gives t = 4, (60 - 5 x 4) // 6 = 6.
+    assert validation_batch_size(params, 60, 50, train_size=4) == (60 - 5 * 4) // (5 + 1) == 6
     with pytest.raises(ValueError, match="mode"):
         TAVOParams(mode="release").check()
 

@@ -53,7 +53,7 @@ def test_status_counts_done_failed_running_missing(tmp_path: Path) -> None:
         os.close(fd)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
-    assert lines[-1] == "done=1\tfailed=2\trunning=1\tmissing=392\ttotal=396"
+    assert lines[-1] == "done=1\tfailed=2\trunning=1\trequeued=0\tqueued=0\tmissing=392\ttotal=396"
     rows = {tuple(line.split("\t")[1:5]): line.split("\t")[0] for line in lines[1:-2]}
     key = (first.method, first.registry_key, first.model)
     assert rows[(*key, "0")] == "done" and rows[(*key, "1")] == "failed" and rows[(*key, "2")] == "failed"

@@ -3,7 +3,7 @@ below it and nothing imports it): list the LCB grid, show what a runs folder hol
 the sweep commands that run it.
 
     python -m optimizers.protocol.grid --list            # one cell per line, then the counts
-    python -m optimizers.protocol.grid --status runs/    # done / failed / running / missing per job
+    python -m optimizers.protocol.grid --status runs/    # done / failed / running / requeued / queued / missing
     python -m optimizers.protocol.grid --commands        # the six Hydra sweeps that make the grid
     python -m optimizers.protocol.grid --check           # compose + pre-flight every sweep job, no model
     python -m optimizers.protocol.grid --plan [experiment=NAME] [--json]  # cost and MDE, no model call
@@ -37,13 +37,20 @@ from optimizers.protocol.aggregate.summary import RESULT_SCHEMA, OneLineParser
 from optimizers.protocol.grid import cells
 from optimizers.protocol.grid_command.plan import reference_experiment_files
 from optimizers.protocol.grid_command.reruns import rerun_lines
+from optimizers.protocol.grid_command.sweep_state import (
+    SlurmState,
+    SubmittedJob,
+    scheduler_states,
+    status_from_scheduler,
+    submitted_jobs,
+)
 from optimizers.protocol.run.app import to_overrides
 from optimizers.protocol.run.hydra_config import job_config
 from optimizers.protocol.run.preflight import MethodNotLoadable, PreflightError, preflight
 
 EXPERIMENTS_DIR = cells.CONF_DIR / "experiment"
 GRID_EXPERIMENT_PREFIX = "lcb_grid"
-STATUSES = ("done", "failed", "running", "missing")
+STATUSES = ("done", "failed", "running", "requeued", "queued", "missing")
 
 
 # --------------------------------------------------------------------------- --list
@@ -68,9 +75,11 @@ def list_lines() -> Iterator[str]:
 
 @dataclass(frozen=True, slots=True)
 class JobStatus:
-    status: str  # done | failed | running | missing
-    cell: cells.GridCell
-    seed: int
+    status: str  # one of STATUSES
+    method: str
+    registry_key: str
+    model: str
+    seed: int | str
     path: Path
     detail: str = ""
 
@@ -113,20 +122,40 @@ def _locked(lock: Path) -> bool:
     return False
 
 
-def grid_status(runs_root: Path) -> list[JobStatus]:
-    out = []
+def grid_status(runs_root: Path, *, scheduler: bool = True) -> list[JobStatus]:
+    """Every grid job, then every other job of a submitted sweep (``allow_any_cell`` jobs); the
+    folder decides what is done, SLURM (when it knows the job) what is queued, running, requeued or
+    failed before that (optimizers/protocol/grid_command/sweep_state.py)."""
+    submitted = {job.out.resolve(): job for job in submitted_jobs(runs_root) if job.out is not None}
+    states = scheduler_states(job.slurm_job_id for job in submitted.values()) if scheduler else {}
+    rows = []
     for cell, seed in cells.grid_jobs():
         path = cell.job_dir(runs_root, seed)
-        status, detail = job_status(path)
-        out.append(JobStatus(status, cell, seed, path, detail))
-    return out
+        status, detail = _combined(path, submitted.pop(path.resolve(), None), states)
+        rows.append(JobStatus(status, cell.method, cell.registry_key, cell.model, seed, path, detail))
+    for path, job in submitted.items():
+        status, detail = _combined(path, job, states)
+        rows.append(JobStatus(status, job.method, job.registry_key, job.model, job.seed, path, detail))
+    return rows
+
+
+def _combined(path: Path, job: SubmittedJob | None, states: dict[str, SlurmState]) -> tuple[str, str]:
+    status, detail = job_status(path)
+    if status == "done" or job is None:
+        return status, detail
+    state = states.get(job.slurm_job_id)
+    from_scheduler = status_from_scheduler(job, state)
+    if from_scheduler is not None:
+        return from_scheduler
+    if state is not None and state.state == "COMPLETED":  # the job ended without a result
+        return "failed", f"slurm {job.slurm_job_id} COMPLETED without result.json (see its submitit log)"
+    return status, detail
 
 
 def status_lines(statuses: Sequence[JobStatus]) -> Iterator[str]:
     yield "\t".join(("status", "method", "registry_key", "model", "seed", "path", "detail"))
     for s in statuses:
-        yield "\t".join((s.status, s.cell.method, s.cell.registry_key, s.cell.model, str(s.seed), str(s.path),
-                         s.detail))
+        yield "\t".join((s.status, s.method, s.registry_key, s.model, str(s.seed), str(s.path), s.detail))
     counts = Counter(s.status for s in statuses)
     yield ""
     yield "\t".join(f"{name}={counts.get(name, 0)}" for name in STATUSES) + f"\ttotal={len(statuses)}"
@@ -266,7 +295,9 @@ def build_parser() -> OneLineParser:
     mode = parser.add_mutually_exclusive_group(required=True)
     mode.add_argument("--list", action="store_true", help="print every grid cell and the counts")
     mode.add_argument("--status", type=Path, metavar="RUNS_ROOT",
-                      help="print done / failed / running / missing for every grid job under RUNS_ROOT")
+                      help="print done / failed / running / requeued / queued / missing for every grid job "
+                           "under RUNS_ROOT and every job of a sweep submitted there (SLURM's state when it "
+                           "knows the job)")
     mode.add_argument("--commands", action="store_true", help="print the Hydra sweeps that run the grid")
     mode.add_argument("--check", action="store_true",
                       help="compose every job of every lcb_grid* sweep and run its pre-flight checks "

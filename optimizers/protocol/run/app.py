@@ -515,6 +515,24 @@ def _register_resolvers() -> None:
         OmegaConf.register_new_resolver("lcb_finished_jobs", _finished_jobs)
 
 
+# conf/hydra/launcher/ files that replace the published submitit plugin's configs of the same name
+# (their schemas: hydra_plugins/lcb_grid_submitit/config.py).
+OWN_LAUNCHER_CONFIGS = ("submitit_slurm", "submitit_local")
+
+
+def _own_launcher_configs() -> None:
+    """conf/hydra/launcher/submitit_*.yaml are the only definitions of those launchers: drop the
+    published plugin's same-named schemas once Hydra has scanned its plugins (else Hydra merges
+    them into our files and prints a deprecation warning three times)."""
+    from hydra.core.config_store import ConfigStore
+    from hydra.core.plugins import Plugins
+
+    Plugins.instance()  # the scan: every plugin module registers its configs now
+    launchers = ConfigStore.instance().repo.get("hydra", {}).get("launcher", {})
+    for name in OWN_LAUNCHER_CONFIGS:
+        launchers.pop(f"{name}.yaml", None)
+
+
 @hydra.main(version_base="1.3", config_path=str(CONF_DIR), config_name="config")
 def _app(cfg: Any) -> dict[str, Any]:
     return run_task(cfg)
@@ -529,6 +547,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     sys.argv = [sys.argv[0], *overrides]
     _install_error_reporter()
     _register_resolvers()
+    _own_launcher_configs()
     try:
         _app()
     except KeyboardInterrupt:
