@@ -96,6 +96,9 @@ _STATUS_FD = 3
 _libc = ctypes.CDLL(None, use_errno=True)
 _LANDLOCK_ABI = _landlock.abi_version()
 _real_os_open = os.open
+# The zygote applies the reliability guard once per program (its test processes inherit it) and
+# keeps what it needs itself: the guard disables these for the program.
+_os_fork, _os_kill, _os_killpg, _os_setpgid = os.fork, os.kill, os.killpg, os.setpgid
 STDOUT_FILE, STDERR_FILE, RESULT_FILE = "stdout-{}.txt", "stderr-{}.txt", "result-{}.json"  # per test index
 
 
@@ -176,7 +179,14 @@ _OS_DISABLED = (
 _BLOCKED_MODULES = ("ipdb", "joblib", "resource", "psutil", "tkinter")
 
 
-def reliability_guard(folder: str) -> None:
+def block_modules() -> None:
+    """The guard's last step, in each test process: the zygote itself still needs ``resource``
+    (``os.wait4`` imports it for its result)."""
+    for name in _BLOCKED_MODULES:
+        sys.modules[name] = None
+
+
+def reliability_guard(folder: str, block: bool = True) -> None:
     """Our version of LiveCodeBench's guard, applied only inside a disposable test process.
 
     Like the official one it is not a security boundary by itself (rlimits, Landlock, the own
@@ -192,8 +202,8 @@ def reliability_guard(folder: str) -> None:
             setattr(os, name, None)
     shutil.rmtree = shutil.move = shutil.chown = None
     subprocess.Popen = None
-    for name in _BLOCKED_MODULES:
-        sys.modules[name] = None
+    if block:
+        block_modules()
 
 
 # ---------------------------------------------------------------- test process side
@@ -202,13 +212,13 @@ def reliability_guard(folder: str) -> None:
 def _enter_test_process(job: dict, status_w: int, stdin: int, stdout: str, stderr: str) -> None:
     """Runs first in every forked test process: own group, stdio, limits, confinement.
     ``stdin``: the descriptor of this test's input (a memfd the harness filled)."""
-    os.setpgid(0, 0)
+    _os_setpgid(0, 0)
     _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     if os.getppid() != job["zygote_pid"]:  # the zygote died between fork and prctl
         os._exit(137)
     os.dup2(stdin, 0)
     for target, path in ((1, stdout), (2, stderr)):
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        fd = _real_os_open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         os.dup2(fd, target)
         os.close(fd)
     os.dup2(status_w, _STATUS_FD)
@@ -295,17 +305,15 @@ def program_module(job: dict) -> types.ModuleType:
     if job["prelude"]:
         namespace.update(_PRELUDE_BINDINGS)
         namespace["argv"] = sys.argv  # `from sys import *` binds the list as it is when it runs
+        rebind_guarded(namespace)  # made after the guard: bind what it left, as the prelude would
     return module
 
 
 def _enter_module(job: dict) -> dict:
-    """In the test process, after the guard: the program's module goes live."""
+    """In the test process (the guard already in force): the program's module goes live."""
     module = job["module"]
     sys.modules[module.__name__] = module  # dataclasses & co. look classes' modules up here
-    namespace = module.__dict__
-    if job["prelude"]:
-        rebind_guarded(namespace)  # the guard has just replaced these: bind what it left
-    return namespace
+    return module.__dict__
 
 
 def _script_process(job: dict, code, status_w: int, index: int, input_fd: int) -> None:
@@ -318,7 +326,7 @@ def _script_process(job: dict, code, status_w: int, index: int, input_fd: int) -
                             os.devnull if graded else STDERR_FILE.format(index))
         _stamp(stamps)
         if job["guard"]:
-            reliability_guard(job["folder"])
+            block_modules()  # the rest of the guard was applied once, in the zygote
         _stamp(stamps)
         namespace = _enter_module(job)
         _stamp(stamps, report=True)
@@ -348,7 +356,7 @@ def _functional_process(job: dict, code, status_w: int, index: int, input_fd: in
         os.close(quiet)
         _stamp(stamps)
         if job["guard"]:
-            reliability_guard(job["folder"])
+            block_modules()  # the rest of the guard was applied once, in the zygote
         _stamp(stamps)
         namespace = _enter_module(job)
         _stamp(stamps, report=True)
@@ -445,7 +453,7 @@ def kill_all_descendants(keep: frozenset[int] = frozenset()) -> None:
         if not alive:
             return
         for pid in alive:
-            for kill in (os.killpg, os.kill):
+            for kill in (_os_killpg, _os_kill):
                 try:
                     kill(pid, signal.SIGKILL)
                 except OSError:
@@ -458,7 +466,7 @@ def _kill_namespace() -> None:
     reaches exactly them), and each ends as our child (orphans are re-parented to init)."""
     while True:
         try:
-            os.kill(-1, signal.SIGKILL)
+            _os_kill(-1, signal.SIGKILL)
         except OSError:
             pass
         try:
@@ -532,7 +540,7 @@ class _Watched:
 
     def finish(self, kill: bool) -> tuple[int, resource.struct_rusage]:
         """Kill the test process group (always: it may have left children), reap, clean up."""
-        for sig_target in (os.killpg, os.kill) if kill else (os.killpg,):
+        for sig_target in (_os_killpg, _os_kill) if kill else (_os_killpg,):
             try:
                 sig_target(self.pid, signal.SIGKILL)
             except OSError:
@@ -575,7 +583,7 @@ def run_test(job: dict, code, index: int, input_fd: int, commands: socket.socket
     as a descriptor that only the test process reads: the zygote never holds its content."""
     status_r, status_w = os.pipe()
     began, began_cpu = time.monotonic(), time.process_time()
-    pid = os.fork()
+    pid = _os_fork()
     if pid == 0:
         os.close(status_r)
         _PROCESSES[job["mode"]](job, code, status_w, index, input_fd)
@@ -765,6 +773,10 @@ def run_job(job: dict, commands_fd: int, emit: _Emitter, layers: list[str], cloc
         emit("done")
         return
     clock.lap("compile")
+    if job["guard"]:
+        # Once for all the program's tests (each inherits it), as each test process would have
+        # applied it first thing: after numpy, before the program's module is made.
+        reliability_guard(folder, block=False)
     job["module"] = program_module(job)
     gc.freeze()  # test processes inherit these objects; a collection there must not touch (copy) them
     clock.lap("module")

@@ -27,6 +27,7 @@ is not (a Python under ``/root``): see ``bridge_for_unprivileged``.
 
 from __future__ import annotations
 
+import collections
 import ctypes
 import os
 import platform
@@ -109,7 +110,7 @@ class ZygoteNamespaces:
     """
 
     def __init__(self) -> None:
-        self.free: list[int] = []  # network namespaces no live program uses
+        self.free: collections.deque[int] = collections.deque()  # network namespaces no live program uses (FIFO)
         self.busy: dict[int, int] = {}  # zygote pid -> its network namespace
         self.usable = False
         if os.geteuid() != 0:
@@ -123,7 +124,7 @@ class ZygoteNamespaces:
 
     def _network(self) -> int | None:
         if self.free:
-            return self.free.pop()
+            return self.free.popleft()
         if _libc.unshare(CLONE_NEWNET) != 0:
             return None
         try:

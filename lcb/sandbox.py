@@ -7,7 +7,8 @@ What a child gets (see lcb/_child.py for the child side):
   test's input. The
   harness keeps the expected outputs and judges each test after its process has exited
   (lcb/judge.py), so nothing a program can reach holds an answer;
-* a fresh temporary working folder, removed afterwards;
+* a fresh temporary working folder, removed afterwards (in memory, /dev/shm, where it can be:
+  see ``job_root``);
 * a scrubbed environment (minimal PATH, UTF-8 locale, no secrets from ours);
 * rlimits: address space (``LCB_FUNCTIONAL_MEMORY_BYTES``, default 4 GiB, ``0`` disables),
   CPU time (the per-test limit), file size (caps captured output), core dumps off, process
@@ -117,6 +118,33 @@ def landlock_abi_cap() -> int | None:
     if value < 0:
         raise LcbError(f"{LANDLOCK_ABI_ENV} must not be negative, got {value}")
     return value
+
+
+_MEMORY_FOLDER, _MEMORY_FOLDER_MIN_FREE = "/dev/shm", 1024**3
+_JOB_ROOT: list[str | None] = []
+
+
+def job_root() -> str | None:
+    """Where the jobs' folders go: /dev/shm where it is a tmpfs we may write with at least 1 GiB
+    free, else the system's temporary folder. Why: each program's folder holds its job file,
+    source and one output file per test, created and removed within milliseconds; on a disk
+    file system (ext4 with online discard on a virtual disk, say) that costs ~3 ms of journal
+    and discard per program, in memory ~0.1 ms. Nothing else of /dev/shm is open to a program
+    (Landlock: reads and writes only inside its own folder)."""
+    if not _JOB_ROOT:
+        _JOB_ROOT.append(_MEMORY_FOLDER if _is_roomy_tmpfs(_MEMORY_FOLDER) else None)
+    return _JOB_ROOT[0]
+
+
+def _is_roomy_tmpfs(path: str) -> bool:
+    try:
+        with open("/proc/self/mounts", encoding="utf-8") as fh:
+            kinds = {fields[1]: fields[2] for fields in (line.split() for line in fh) if len(fields) > 2}
+        info = os.statvfs(path)
+    except OSError:
+        return False
+    return (kinds.get(path) == "tmpfs" and os.access(path, os.W_OK | os.X_OK)
+            and info.f_bavail * info.f_frsize >= _MEMORY_FOLDER_MIN_FREE)
 
 
 def scrubbed_env() -> dict[str, str]:
@@ -519,7 +547,7 @@ def run_in_sandbox(job: SandboxJob, *, use_fork_server: bool = True) -> SandboxR
         problem = judge.functional_data_error(job.tests)
         if problem:
             return SandboxRun(({"event": "data_error", "detail": problem},), duration_s=0.0)
-    folder = os.path.realpath(tempfile.mkdtemp(prefix="lcb-sbx-"))
+    folder = os.path.realpath(tempfile.mkdtemp(prefix="lcb-sbx-", dir=job_root()))
     try:
         job_path = os.path.join(folder, "job.json")
         with open(job_path, "w", encoding="utf-8") as fh:

@@ -166,7 +166,7 @@ def _worker(args) -> int:
 def _run_worker(code_root: Path, args, timeout_s: float) -> dict:
     env = {**os.environ, "LCB_BENCH_CODE_ROOT": str(code_root)}
     argv = [sys.executable, str(Path(__file__).resolve()), "--worker", "--workers", str(args.workers),
-            "--timeout", str(timeout_s)] + (["--limit", str(args.limit)] if args.limit else []) + (
+            "--timeout", str(timeout_s), "--shared", str(SHARED)] + (["--limit", str(args.limit)] if args.limit else []) + (
         ["--only", args.only] if getattr(args, "only", None) else [])
     done = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
     if done.returncode != 0:
@@ -270,7 +270,7 @@ _PROGRAM_PARTS = ("harness: folder, job file, hand-over", "server fork to zygote
 _LAPS = {"namespaces": 2, "identity": 3, "numpy": 4, "landlock": 5, "seccomp": 6, "compile": 7, "module": 8}
 _TEST_PARTS = ("fork (zygote side)", "child scheduled after fork", "child entry (group, stdio, rlimits, scope)",
                "reliability guard", "module goes live", "program runs and exits", "reap + kill descendants",
-               "report to harness", "compare (judge)", "harness: send next input, wait")
+               "report to harness", "compare (judge)", "zygote: report, wait for the next input")
 
 
 def _breakdown_of(run) -> tuple[list[float], list[list[float]], dict[str, float]]:
@@ -305,12 +305,14 @@ def _breakdown_of(run) -> tuple[list[float], list[list[float]], dict[str, float]
         h = judged.get(index, {}).get("harness_stamps")
         if not c or not h or len(c) != 4:
             continue
-        # the test's share of harness time outside the zygote: since the previous test was judged
+        # the zygote idle between the previous test's end and this fork: reporting, then
+        # waiting for this test's input from the harness
         waited = (z[0] - previous) if previous is not None else 0.0
         tests.append([z[1] - z[0], c[0] - z[0], c[1] - c[0], c[2] - c[1], c[3] - c[2], z[2] - c[3], z[3] - z[2],
                       h[0] - z[3], h[1] - h[0], max(waited, 0.0)])
-        previous = h[1]
-    program[9] = harness[2] + (harness[3] - harness[2]) - (previous if previous is not None else harness[2])
+        previous = z[3]
+    last_judged = max((h[1] for h in (e["harness_stamps"] for e in judged.values())), default=None)
+    program[9] = harness[3] - (last_judged if last_judged is not None else harness[2])
     program[9] = max(program[9], 0.0)
     return program, tests, cpu
 
@@ -412,6 +414,7 @@ def _load(args) -> int:
 
 
 def main() -> int:
+    global SHARED
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--limit", type=int, default=None, help="use only the first N (problem, solution) pairs")
     parser.add_argument("--workers", type=int, default=os.cpu_count() or 1)
@@ -426,6 +429,8 @@ def main() -> int:
                         help="--against-lcb-runner: the interpreter that can import lcb_runner's evaluation")
     parser.add_argument("--breakdown", action="store_true",
                         help="print where the harness spends its time per program and per test")
+    parser.add_argument("--shared", type=Path, default=SHARED,
+                        help="the lcb-real folder (default: ../shared/lcb-real beside the checkout)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--only", default=None, help=argparse.SUPPRESS)  # --worker: these item indices
     args = parser.parse_args()
@@ -433,6 +438,7 @@ def main() -> int:
         parser.error("--limit must be at least 1")
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
+    SHARED = args.shared
     if not (SHARED / "release_v1_rows.jsonl").exists():
         print(f"error: shared data not found at {SHARED.resolve()}; nothing to benchmark", file=sys.stderr)
         return 0

@@ -11,6 +11,7 @@ from __future__ import annotations
 import glob
 import os
 import socket
+import tempfile
 import threading
 import time
 import uuid
@@ -23,7 +24,7 @@ from lcb._landlock import abi_version
 from lcb.grading import grade
 from lcb.problem import Problem, TestCase
 from lcb.problem import TestKind as Kind
-from lcb.sandbox import SandboxJob, run_in_sandbox
+from lcb.sandbox import SandboxJob, job_root, run_in_sandbox
 from lcb.tools import python_exec
 from lcb.verdict import Outcome
 
@@ -131,7 +132,7 @@ def test_program_cannot_read_another_jobs_folder():
     try:
         deadline, found = time.monotonic() + 20, None
         while time.monotonic() < deadline and not found:
-            for path in glob.glob("/tmp/lcb-sbx-*/secret.txt"):
+            for path in glob.glob(os.path.join(job_root() or tempfile.gettempdir(), "lcb-sbx-*", "secret.txt")):
                 try:
                     if Path(path).read_text() == marker:
                         found = path

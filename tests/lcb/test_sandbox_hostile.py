@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 import time
 import uuid
 
@@ -167,8 +168,9 @@ def test_killed_harness_leaves_no_folder_and_no_process(tmp_path):
     try:
         deadline, folder = time.monotonic() + 30, None
         while time.monotonic() < deadline and folder is None:
-            for candidate in os.listdir("/tmp"):
-                path = os.path.join("/tmp", candidate)
+            root = sandbox.job_root() or tempfile.gettempdir()
+            for candidate in os.listdir(root):
+                path = os.path.join(root, candidate)
                 try:
                     if candidate.startswith("lcb-sbx-") and marker in open(os.path.join(path, "main.py")).read():
                         folder = path

@@ -1,4 +1,4 @@
-"""The settings the fidelity sheets (docs/methods/{gepa,mipro,mapro,tavo}.md) list as the reference's:
+"""The settings the fidelity sheets (docs/methods/<method>.md) list as the reference's:
 each value is written out here from the reference's frozen policy, and both our yaml
 (conf/method/<method>.yaml, what a job runs with) and our params' default (what a job that names
 no value gets) must equal it. A change in either place fails."""
@@ -12,7 +12,10 @@ import pytest
 import yaml
 
 from optimizers.gepa.optimizer import GEPAParams
+from optimizers.hivemind.optimizer import HiveMindParams
+from optimizers.mamut_gepa.optimizer import MAMUTGEPAParams
 from optimizers.mapro.optimizer import MAPROParams
+from optimizers.maspo.optimizer import MASPOParams
 from optimizers.mipro.optimizer import MIPROParams
 from optimizers.reflection import params_from
 from optimizers.tavo.optimizer import TAVOParams
@@ -33,6 +36,19 @@ REFERENCE: dict[str, tuple[type, dict[str, Any]]] = {
     # requests a job sends (test_mapro.py::test_mapro_uses_cut_probe_and_judge_replies)
     "mapro": (MAPROParams, {"judge_max_tokens": 8, "judge_temperature": 0.2, "probe_max_tokens": 768,
                             "probe_temperature": 0.2, "probe_top_p": 0.9, "candidate_count": 5}),
+    # MASPOSettings (beam, offspring, minibatch, depth, rounds, reflection in flight) and the
+    # search's proposal temperature, judge temperature and joint-score weights
+    "maspo": (MASPOParams, {"beam_width": 2, "offspring": 2, "minibatch": 10, "maximum_search_depth": 9,
+                            "rounds_per_turn": 3, "reflection_inflight": 4, "proposal_temperature": 0.7,
+                            "judge_temperature": 0.0, "judge_model": "reflection", "local_weight": 0.4,
+                            "lookahead_weight": 0.4, "global_weight": 0.2}),
+    # HiveMind's reflection decoding and lesson cap
+    "hivemind": (HiveMindParams, {"reflection_temperature": 0.7, "reflection_top_p": 1.0, "max_lessons": 6}),
+    # MAMUTGEPASettings (metric_call_limit = the protocol budget, 600)
+    "mamut_gepa": (MAMUTGEPAParams, {"metric_call_limit": 600, "candidate_selection": "pareto",
+                                     "module_selector": "round_robin", "use_merge": True,
+                                     "reflection_minibatch_size": 3, "reflection_temperature": 0.7,
+                                     "reflection_top_p": 1.0}),
     # TAVOSettings, and the step rating's temperature (Eq. 3 credit calls at 0.3)
     "tavo": (TAVOParams, {"train_batch_size": 6, "max_outer_rounds": 5, "min_validation_batch": 3,
                           "adoption_threshold": 0.01, "validation_delta_tolerance": 0.0, "attempts_per_round": 2,
