@@ -145,3 +145,17 @@ def test_preemptions_beyond_the_limit_are_not_requeued_and_time_outs_are_not_pre
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.splitlines() == ["[True, True, False] 3", "True 0", "True"]
     assert "preempted 3 times (max_num_preemption=2); not requeued" in done.stderr
+
+
+def test_slurm_local_script_refuses_unknown_commands_and_names_its_configuration(tmp_path: Path) -> None:
+    script = REPO / "scripts" / "slurm-local.sh"
+    bad = subprocess.run(["bash", str(script), "restart"], capture_output=True, text=True, timeout=30, check=False)
+    assert bad.returncode == 2 and bad.stderr.startswith("usage:")
+    env = {"PATH": "/usr/bin:/bin", "LCB_SLURM_DIR": str(tmp_path / "state")}
+    shown = subprocess.run(["bash", str(script), "env"], capture_output=True, text=True, timeout=30, env=env,
+                           check=False)
+    assert shown.stdout.strip() == f"export SLURM_CONF={tmp_path / 'state' / 'slurm.conf'}"
+    # nothing runs from an empty state folder: status says so and fails
+    status = subprocess.run(["bash", str(script), "status"], capture_output=True, text=True, timeout=30, env=env,
+                            check=False)
+    assert status.returncode == 1 and "slurmctld: stopped" in status.stdout

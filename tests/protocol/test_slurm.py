@@ -271,3 +271,10 @@ def test_pre_timeout_signal_makes_the_job_requeue_itself(world: Any, uninterrupt
     result = read_sealed(out / "result.json")
     assert stable(result) == stable(uninterrupted)
     charged_once(out, result)
+
+
+def test_starting_a_running_cluster_changes_nothing() -> None:
+    again = subprocess.run(["bash", str(SLURM_LOCAL), "start"], capture_output=True, text=True, timeout=120,
+                           env=_slurm_env(), check=False)
+    assert again.returncode == 0 and "already running" in again.stderr, again.stderr
+    assert "idle" in slurm("sinfo", "-h", "-o", "%T") or "mixed" in slurm("sinfo", "-h", "-o", "%T")
