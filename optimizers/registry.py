@@ -23,6 +23,7 @@ BUILTIN_METHODS: dict[str, str] = {
     "mamut_gepa": "optimizers.mamut_gepa:MAMUTGEPAOptimizer",
     "maspob": "optimizers.maspob:MASPOBOptimizer",
     "tavo": "optimizers.tavo:TAVOOptimizer",
+    "random": "optimizers.random_search:RandomSearchOptimizer",  # blind search: the baseline
     # Test-only matched-compute baselines (optimizers/matched.py): no search.
     "self_consistency": "optimizers.self_consistency:SelfConsistencyBaseline",
     "best_of_n": "optimizers.best_of_n:BestOfNBaseline",

@@ -1,19 +1,21 @@
 """The optimizer gym: scripted worlds with a known optimum, to measure how well methods search.
 
-``world`` (the success model, documented there), ``worlds`` (the built-in worlds), ``models``
-(scripted team model, judge and reflector), ``system`` (the real team runtime on a world),
-``runner`` (one job through the common optimizer seam). The CLI is ``python -m benchmarks.gym``.
+``lexicon`` (concepts and their sentences), ``world`` (the success model, documented there),
+``generators`` (random instances per kind), ``worlds`` (names, kinds, the first gym's worlds),
+``models`` (scripted team model, judge and reflector: they read only their requests), ``system``
+(the real team runtime on a world), ``runner`` (one job through the common optimizer seam),
+``stats`` (ranks, critical differences, ECDFs). The CLI is ``python -m benchmarks.gym``.
 """
 
 from __future__ import annotations
 
 from optimizers.gym.runner import GymJob, run_job
 from optimizers.gym.world import Configuration, Distractor, Fact, Synergy, World, brute_force_optimum
-from optimizers.gym.worlds import DEFAULT_SUITE, WORLD_KINDS, make_world
+from optimizers.gym.worlds import DEFAULT_SUITE, KINDS, make_world
 
 __all__ = [
     "DEFAULT_SUITE",
-    "WORLD_KINDS",
+    "KINDS",
     "Configuration",
     "Distractor",
     "Fact",

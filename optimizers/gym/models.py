@@ -1,24 +1,28 @@
 """The gym's scripted models, in process (no HTTP): the team model, judges and the reflector.
 
 They stand in for the models only; the team runtime, evaluator, budget, journals and methods are
-the real ones.
+the real ones. None of them holds the world: this module imports nothing of ``world``,
+``worlds`` or ``generators`` (a test checks), and what they know is the language
+(``optimizers.gym.lexicon``) and the knobs of their own noise.
 
-- ``RolloutModel`` answers the team's turns in one rollout whose outcome the world already drew:
-  each turn is the role's symptom lines (if the rollout fails) plus the problem's correct or
-  wrong reference program. A centralized manager first delegates to each worker it can reach.
+- ``RolloutModel`` answers the team's turns in one rollout whose outcome and symptom lines the
+  environment (``system.GymSystem``) already drew: each turn is the role's symptom lines (if the
+  rollout fails) plus the problem's correct or wrong reference program. A centralized manager
+  first delegates to each worker it can reach.
 - ``ScriptedJudge`` scores what it is shown: a reply holding a correct program scores high, each
-  symptom phrase in it lowers the score, and Gaussian noise (``world.judge_noise``) is added,
+  symptom sentence it reads lowers the score, and Gaussian noise (``judge_noise``) is added,
   drawn from the request seed. Pairwise requests compare the two noisy scores.
-- ``ScriptedReflector`` proposes edits from the request text alone (never the hidden table): it
-  keeps the world phrases the request shows (a rewrite keeps what the prompt said), and with
-  probability ``fix_rate`` acts on a symptom it finds (adds the fact behind it, or drops the
-  distractor behind it); otherwise it adds a paraphrase (harmless) or a random world phrase (a
-  fact, maybe for the wrong role, or a distractor). A request with no symptom (e.g. a pure style
-  variant) gets the latter. The reply has the shape the method's prompt asks for (``shapes``).
-  What the reflector knows of the world is its vocabulary: the phrases, and which phrase cures
-  which symptom (what a competent model would infer from the symptom's wording). It never uses
-  the weights, the home components, the synergies, the difficulties or the optimum: whether an
-  edit lands in the right role, pays off, or combines is for the method's search to find out.
+- Probes (a candidate role prompt answering one context, MAPRO) go to the environment, which
+  runs the seed team with that prompt in place as one more stochastic rollout.
+- ``ScriptedReflector`` proposes edits from the request text alone, through a noisy channel: it
+  keeps the instruction sentences the request shows (a rewrite keeps what the prompt said); with
+  probability ``fix_rate`` it acts on one symptom it reads (a lack symptom: it adds an instruction
+  form of that concept; an excess symptom: it drops the sentences carrying it), misreading the
+  concept with probability ``garble_rate``; otherwise it makes a blind edit: half the time a
+  harmless generic sentence, else an instruction form of a random concept of its vocabulary (the
+  whole lexicon: a blind edit rarely touches the world). Symptoms may be decoys or point the
+  wrong way; the reflector cannot tell. The reply has the shape the method's prompt asks for
+  (``shapes``).
 """
 
 from __future__ import annotations
@@ -26,11 +30,12 @@ from __future__ import annotations
 import hashlib
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 
-from optimizers.gym.world import World, unit_draw
+from optimizers.gym.draws import Channel, unit_draw
+from optimizers.gym.lexicon import EXCESS, Lexicon
 
 PARAPHRASES = (
     "Write clear, well-structured code.",
@@ -38,7 +43,6 @@ PARAPHRASES = (
     "Keep explanations short and focused.",
     "Use descriptive variable names.",
 )
-FIX_RATE = 0.6  # the chance the reflector acts on a symptom it sees
 
 
 # ------------------------------------------------------------------------------------------------
@@ -94,12 +98,22 @@ def reference_programs() -> dict[str, dict[str, str]]:
     return {pid: dict(s) for pid, s in load_solutions().items()}
 
 
+_CASE = re.compile(r"Case ([A-Za-z0-9_\-]+~\d+)\.")
+
+
 def program(problem_id: str, correct: bool) -> str:
-    code = reference_programs()[problem_id]["correct" if correct else "wrong"].strip()
+    """The reference program (correct or wrong) of a problem, a synthetic case's being its
+    built-in problem's (``<builtin id>~<k>``)."""
+    code = reference_programs()[problem_id.partition("~")[0]]["correct" if correct else "wrong"].strip()
     return f"```python\n{code}\n```"
 
 
 def problem_in(text: str) -> str | None:
+    """The problem a text is about: a synthetic case by its ``Case <id>.`` line, else a built-in
+    problem by the opening of its statement."""
+    case = _CASE.search(text)
+    if case is not None:
+        return case.group(1)
     return next((pid for pid, key in _problem_keys().items() if key in text), None)
 
 
@@ -156,7 +170,7 @@ class RolloutModel:
 
 
 # ------------------------------------------------------------------------------------------------
-# Judges and probes
+# Judges
 
 
 _SECTION = re.compile(r"^=== (.+?) ===$", re.MULTILINE)
@@ -169,15 +183,15 @@ def judge_sections(prompt: str) -> dict[str, str]:
 
 
 class ScriptedJudge:
-    """Scores shown outputs: correct program high, symptoms lower it, Gaussian noise on top."""
+    """Scores shown outputs: correct program high, symptoms it reads lower it, Gaussian noise."""
 
-    def __init__(self, world: World) -> None:
-        self.world = world
+    def __init__(self, lexicon: Lexicon, *, noise: float, salt: str) -> None:
+        self.lexicon, self.noise, self.salt = lexicon, noise, salt
 
     def quality(self, text: str, *draw: object) -> float:
         score = 0.8 if shows_correct_program(text) else 0.3
-        score -= 0.15 * sum(1 for s in self.world.symptoms() if s in text)
-        score += self.world.judge_noise * _gauss(self.world.name, "judge", *draw)
+        score -= 0.15 * len(self.lexicon.symptoms_in(text))
+        score += self.noise * _gauss(self.salt, "judge", *draw)
         return min(1.0, max(0.0, score))
 
     def reply(self, prompt: str, seed: int) -> str:
@@ -191,43 +205,37 @@ class ScriptedJudge:
         return f"{self.quality(shown, seed, key):.2f}"
 
 
-def probe_reply(world: World, role_prompt: str, context: str) -> str:
-    """One agent's answer under a candidate role prompt (MAPRO's probes): the symptoms of the
-    needed facts this prompt lacks, for the roles it names (all when it names none), and a
-    program that is correct only when none is missing."""
-    needed = [f for f in world.facts if f.id in world.needed_facts()]
-    named = [f for f in needed if f.home.partition("/")[2] in role_prompt or f.home.startswith("protocol/")]
-    relevant = named or needed
-    missing = [f for f in relevant if f.text not in role_prompt]
-    lines = [f.symptom for f in missing] + [d.symptom for d in world.distractors if d.text in role_prompt]
-    problem_id = problem_in(context)
-    answer = program(problem_id, not missing and not any(d.text in role_prompt for d in world.distractors)) \
-        if problem_id else "I would start by restating the task."
-    return "\n".join([*lines, answer])
-
-
 # ------------------------------------------------------------------------------------------------
 # The reflector
 
 
-def proposal(world: World, request_text: str, *draw: object) -> str:
-    """The phrases of one proposed prompt or rule (one line, no quotes), from what
+def proposal(lexicon: Lexicon, channel: Channel, request_text: str, salt: str, *draw: object) -> str:
+    """The sentences of one proposed prompt or rule (one line, no quotes), from what
     ``request_text`` shows; the reply shape puts them where the method expects its edit."""
-    kept = [p for p in world.phrases() if p in request_text]
-    targets: list[tuple[str, str]] = [("add", f.text) for f in world.facts if f.symptom in request_text]
-    targets += [("drop", d.text) for d in world.distractors if d.symptom in request_text]
+
+    def u(what: str) -> float:
+        return unit_draw(salt, what, *draw)
+
+    def written(key: str) -> str:
+        forms = lexicon.concept(key).forms
+        return forms[int(u("form") * len(forms))] if channel.paraphrase else forms[0]
+
+    kept = list(dict.fromkeys(sentence for _, sentence in lexicon.instructions_in(request_text)))
+    signals = lexicon.symptoms_in(request_text)
+    vocabulary = channel.blind or lexicon.keys
     extra: str | None = None
-    if targets and unit_draw(world.name, "fix", *draw) < FIX_RATE:
-        action, phrase = targets[int(unit_draw(world.name, "target", *draw) * len(targets))]
-        if action == "drop":
-            kept = [p for p in kept if p != phrase]
+    if signals and u("fix") < channel.fix_rate:
+        key, direction = signals[int(u("target") * len(signals))]
+        if channel.garble_rate > 0 and u("garble") < channel.garble_rate:
+            key = lexicon.keys[int(u("misread") * len(lexicon.keys))]
+        if direction == EXCESS:
+            kept = [s for s in kept if s not in lexicon.concept(key).forms]
         else:
-            extra = phrase
-    elif unit_draw(world.name, "fallback", *draw) < 0.5:
-        extra = PARAPHRASES[int(unit_draw(world.name, "paraphrase", *draw) * len(PARAPHRASES))]
+            extra = written(key)
+    elif u("fallback") < 0.5:
+        extra = PARAPHRASES[int(u("paraphrase") * len(PARAPHRASES))]
     else:
-        phrases = world.phrases()
-        extra = phrases[int(unit_draw(world.name, "random", *draw) * len(phrases))]
+        extra = written(vocabulary[int(u("random") * len(vocabulary))])
     if extra is not None and extra not in kept:
         kept.append(extra)
     return " ".join(kept) or PARAPHRASES[0]
@@ -237,8 +245,8 @@ class ScriptedReflector:
     """Answers reflection requests ((method, purpose), ``optimizers.surfaces.identify``) in the
     method's reply shape."""
 
-    def __init__(self, world: World) -> None:
-        self.world = world
+    def __init__(self, lexicon: Lexicon, channel: Channel, *, salt: str) -> None:
+        self.lexicon, self.channel, self.salt = lexicon, channel, salt
         self.unknown: dict[str, int] = {}  # method/purpose tags no shape is known for
 
     def reply(self, task: tuple[str, str], prompt: str, seed: int) -> str | None:
@@ -246,38 +254,52 @@ class ScriptedReflector:
 
         method, purpose = task
         key = _digest(prompt)
-        text = shapes.reply(method, purpose, prompt, lambda index: proposal(self.world, prompt, seed, key, index))
+        text = shapes.reply(method, purpose, prompt,
+                            lambda index: proposal(self.lexicon, self.channel, prompt, self.salt, seed, key, index))
         if text is None:
             self.unknown[f"{method}/{purpose}"] = self.unknown.get(f"{method}/{purpose}", 0) + 1
         return text
 
 
+Probe = Callable[[str, str, int], str]  # (role prompt, context, seed) -> the agent's answer
+
+
 class GymModel:
     """The one in-process client of a world outside rollouts: judge and probe requests on the
-    task model, reflection (and judge) requests on the reflection model."""
+    task model, reflection (and judge) requests on the reflection model. It counts calls and
+    tokens per surface (judge, probe, reflection): the information a method gets without paying
+    rollouts."""
 
-    def __init__(self, world: World, *, model_id: str) -> None:
-        self.world = world
+    def __init__(self, *, lexicon: Lexicon, channel: Channel, judge_noise: float, salt: str, probe: Probe,
+                 model_id: str) -> None:
         self.model_id = model_id
-        self.judge = ScriptedJudge(world)
-        self.reflector = ScriptedReflector(world)
-        self.calls = 0
+        self.judge = ScriptedJudge(lexicon, noise=judge_noise, salt=salt)
+        self.reflector = ScriptedReflector(lexicon, channel, salt=salt)
+        self._probe = probe
+        self.usage: dict[str, dict[str, int]] = {}
+
+    @property
+    def calls(self) -> int:
+        return sum(u["calls"] for u in self.usage.values())
 
     async def complete(self, role: str, messages: Sequence[Any], *, decoding: Any, tools: Sequence[Any] = (),
                        tool_choice: str | None = None) -> Any:
         from optimizers.surfaces import identify
         from topologies.types import ErrorKind, ModelCallError
 
-        self.calls += 1
         system, rest, _ = request_texts(messages)
         seed = _seed_of(decoding)
         task = identify(system, rest)
         if task is not None and task[1] == "judge":
-            text: str | None = self.judge.reply(rest, seed)
+            surface, text = "judge", self.judge.reply(rest, seed)
         elif task is not None:
-            text = self.reflector.reply(task, rest, seed)
+            surface, text = "reflection", self.reflector.reply(task, rest, seed)
         else:  # a probe: a candidate role prompt as the system message
-            text = probe_reply(self.world, system, rest)
+            surface, text = "probe", self._probe(system, rest, seed)
         if text is None:
             raise ModelCallError(f"the gym's scripted model has no reply for {role}", ErrorKind.MODEL)
-        return ai_message(text, prompt_chars=len(system) + len(rest))
+        message = ai_message(text, prompt_chars=len(system) + len(rest))
+        count = self.usage.setdefault(surface, {"calls": 0, "tokens": 0})
+        count["calls"] += 1
+        count["tokens"] += message.usage_metadata["total_tokens"]
+        return message

@@ -1,45 +1,52 @@
-"""A gym world: hidden facts, a success model with a known optimum, and symptoms.
+"""A gym world: hidden facts, a success model with a known optimum, and what failing agents say.
 
 The model (everything a method can ever observe comes out of it, nothing else):
 
-- **Configuration.** A candidate's *configuration* is which world phrases its components carry:
-  a *fact* counts only when its text is in its home component (``role/<name>`` or
-  ``protocol/<part>``) and, in a masked run, when an agent of that role acts; a *distractor*
-  counts wherever it appears. Everything else in a prompt (style, rewording) is irrelevant.
+- **Language.** What matters is *concepts* of a lexicon (``optimizers.gym.lexicon``): a concept is
+  present in a prompt when any of its instruction forms is (many surface forms share one key, so
+  an edit can be right in other words). Everything else in a prompt is irrelevant.
+- **Configuration.** A *fact* counts only when its concept is in its home component
+  (``role/<name>`` or ``protocol/<part>``) and, in a masked run, when an agent of that role acts;
+  a *distractor* counts wherever it appears.
 - **Success model.** For problem ``p`` the team solves it with probability
   ``sigmoid(logit(S) - difficulty[p])`` where ``logit(S) = base + sum of the weights of the
-  present facts + sum of the bonuses of the synergy pairs whose two facts are both present - sum
-  of the penalties of the present distractors``. A synergy pays only in combination (e.g. a
-  manager fact whose partner fact sits in a worker prompt; alone each may even cost a little).
-  The outcome of one rollout is ``u < P`` with ``u`` uniform, drawn from the request seed and the
-  problem id, so every rollout is reproducible.
-- **Exact value.** ``expected_success(S)`` is the mean of that probability over the world's
-  problems; the optimum over all configurations has a closed form, because the logit is a sum of
-  independent groups (a lone fact, or the two facts of a synergy), each maximised on its own, and
-  the mean of sigmoids is increasing in the logit. ``brute_force_optimum`` checks it by
-  enumerating every configuration.
-- **Symptoms.** In a *failing* rollout each acting role whose component lacks a needed fact (one
-  of the optimum) says that fact's symptom phrase in its turn, and a role whose component carries
-  a distractor says that distractor's symptom, each with probability ``symptom_rate`` (drawn from
-  the request seed). Symptoms are the only trace of the hidden table in anything a method sees;
-  they never contain a fact's text.
+  present facts + sum of the bonuses of the synergy edges whose two facts are both present - sum
+  of the penalties of the present distractors``. Weights, bonuses and penalties may have any sign
+  (a negative synergy is a clash; a negative penalty is a phrase that helps wherever it is).
+- **Draws (common random numbers).** One rollout's outcome is ``u < P`` with ``u`` uniform from
+  (world, request seed, problem, configuration). The job derives the request seed from (world,
+  problem, sample) only, so every method and budget sees the same draw for the same configuration
+  on the same (problem, sample); two configurations get independent draws (as two prompts of a
+  real model would).
+- **Exact value and optimum.** ``expected_success(S)`` is the mean solve probability over the
+  problems; it increases with the logit, and the logit is a sum over independent groups (the
+  connected components of the synergy graph, every other fact alone, each distractor alone), so
+  the optimum maximises each group on its own (``optimum``). ``brute_force_optimum`` checks it by
+  enumerating every configuration (tests, on small random instances of every kind).
+- **What failing agents say.** In a failing rollout, each with probability ``symptom_rate`` (times
+  ``min(1, |effect| / salience)`` when ``salience`` is set, so small effects rarely show): a role
+  lacking a fact of the optimum says a *lack* symptom of it; a role holding a harmful fact (not in
+  the optimum, negative weight) or a harmful distractor says an *excess* symptom of it; a missing helpful
+  distractor shows as a lack symptom in the main component. Misleading lines: a role holding a
+  fact of the optimum says an excess symptom of it with probability ``wrong_rate`` (pointing the
+  wrong way), and each acting component says a *decoy* lack symptom with probability
+  ``decoy_rate`` (half the time of a harmful concept of this world, else of a random concept of
+  the lexicon). With ``paraphrase`` the sentence is one of the concept's symptom forms, else its
+  first. Symptoms never contain an instruction form.
 """
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import math
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
+
+from optimizers.gym.draws import Channel, unit_draw
+from optimizers.gym.lexicon import EXCESS, LACK, Lexicon, lexicon
 
 PROTOCOL_PREFIX = "protocol/"
-
-
-def unit_draw(*parts: object) -> float:
-    """A reproducible uniform number in [0, 1) from any parts (the request seed among them)."""
-    digest = hashlib.sha256("\x00".join(str(p) for p in parts).encode()).digest()
-    return int.from_bytes(digest[:8], "big") / 2**64
 
 
 def sigmoid(x: float) -> float:
@@ -48,18 +55,21 @@ def sigmoid(x: float) -> float:
 
 @dataclass(frozen=True, slots=True)
 class Fact:
-    """A phrase that helps (``weight`` on the logit) when it is in its ``home`` component."""
+    """A concept that changes the logit by ``weight`` when it is in its ``home`` component."""
 
     id: str
     home: str  # component key, e.g. "role/debugger"
-    text: str
-    symptom: str
     weight: float
+    key: str = ""  # the lexicon concept; "" = the id
+
+    @property
+    def concept(self) -> str:
+        return self.key or self.id
 
 
 @dataclass(frozen=True, slots=True)
 class Synergy:
-    """A bonus paid only when both facts are present (each in its own home)."""
+    """A bonus (any sign) paid only when both facts are present (each in its own home)."""
 
     first: str
     second: str
@@ -68,23 +78,18 @@ class Synergy:
 
 @dataclass(frozen=True, slots=True)
 class Distractor:
-    """A phrase that hurts wherever it appears (the logit drops by ``penalty``)."""
+    """A concept that lowers the logit by ``penalty`` (any sign) wherever it appears."""
 
     id: str
-    text: str
-    symptom: str
     penalty: float
+    key: str = ""
+
+    @property
+    def concept(self) -> str:
+        return self.key or self.id
 
 
-@dataclass(frozen=True, slots=True)
-class Configuration:
-    """What matters of a candidate: the present facts and distractors (ids)."""
-
-    facts: frozenset[str] = frozenset()
-    distractors: frozenset[str] = frozenset()
-
-
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True)
 class World:
     """One scripted world (see the module docstring for the model)."""
 
@@ -97,38 +102,61 @@ class World:
     base: float = 0.0
     difficulties: Mapping[str, float] = field(default_factory=dict)  # problem id -> difficulty
     seed_facts: frozenset[str] = frozenset()  # facts the seed prompts already carry
+    seed_distractors: frozenset[str] = frozenset()  # distractors the seed's main component carries
+    components: tuple[str, ...] = ()  # the components facts live in; the first is the main one
+    lexicon: str = "generated"
     symptom_rate: float = 0.8
+    decoy_rate: float = 0.0
+    wrong_rate: float = 0.0
+    paraphrase: bool = True
+    salience: float = 0.0  # > 0: a symptom's chance scales with min(1, |effect| / salience); 0: off
     judge_noise: float = 0.1
+    channel: Channel = Channel()
     description: str = ""
 
     def __post_init__(self) -> None:
         ids = [f.id for f in self.facts] + [d.id for d in self.distractors]
         if len(set(ids)) != len(ids):
             raise ValueError(f"world {self.name}: fact and distractor ids must be unique")
+        concepts = [f.concept for f in self.facts] + [d.concept for d in self.distractors]
+        if len(set(concepts)) != len(concepts):
+            raise ValueError(f"world {self.name}: two facts or distractors share a concept")
+        unknown = set(concepts) - set(self.lex.keys)
+        if unknown:
+            raise ValueError(f"world {self.name}: concepts {sorted(unknown)[:3]} are not in lexicon {self.lexicon}")
         known = {f.id for f in self.facts}
         for synergy in self.synergies:
-            if {synergy.first, synergy.second} - known:
-                raise ValueError(f"world {self.name}: synergy names an unknown fact")
+            if {synergy.first, synergy.second} - known or synergy.first == synergy.second:
+                raise ValueError(f"world {self.name}: a synergy names an unknown fact or one fact twice")
         if self.seed_facts - known:
             raise ValueError(f"world {self.name}: seed facts {sorted(self.seed_facts - known)} are unknown")
+        if self.seed_distractors - {d.id for d in self.distractors}:
+            raise ValueError(f"world {self.name}: unknown seed distractors")
         if not self.difficulties:
             raise ValueError(f"world {self.name}: no problems")
-        texts = [f.text for f in self.facts] + [d.text for d in self.distractors]
-        for text in texts:
-            if any(s in text or text in s for s in self.symptoms()):
-                raise ValueError(f"world {self.name}: a symptom overlaps the phrase {text!r}")
+        if not self.components or any(f.home not in self.components for f in self.facts):
+            raise ValueError(f"world {self.name}: every fact's home must be one of its components")
+        for rate in (self.symptom_rate, self.decoy_rate, self.wrong_rate, self.channel.fix_rate,
+                     self.channel.garble_rate):
+            if not 0.0 <= rate <= 1.0:
+                raise ValueError(f"world {self.name}: rates must be in [0, 1]")
 
     # ---------------------------------------------------------------- lookups
+
+    @cached_property
+    def lex(self) -> Lexicon:
+        return lexicon(self.lexicon)
 
     def fact(self, fact_id: str) -> Fact:
         return next(f for f in self.facts if f.id == fact_id)
 
-    def symptoms(self) -> list[str]:
-        return [f.symptom for f in self.facts] + [d.symptom for d in self.distractors]
+    def text(self, concept: str) -> str:
+        """The canonical instruction form of a concept (how the seed carries it)."""
+        return self.lex.concept(concept).forms[0]
 
-    def phrases(self) -> list[str]:
-        """Every phrase that matters (facts and distractors), the reflector's vocabulary."""
-        return [f.text for f in self.facts] + [d.text for d in self.distractors]
+    @property
+    def main(self) -> str:
+        return self.components[0]
 
     @property
     def problems(self) -> tuple[str, ...]:
@@ -136,21 +164,23 @@ class World:
 
     # ---------------------------------------------------------------- configuration of a candidate
 
+    @staticmethod
+    def _acts(key: str, active_roles: Collection[str] | None) -> bool:
+        if active_roles is None or key.startswith(PROTOCOL_PREFIX):
+            return True
+        return key.partition("/")[2] in active_roles
+
     def configuration(
         self, components: Mapping[str, str], *, active_roles: Collection[str] | None = None
     ) -> Configuration:
         """The facts and distractors ``components`` carry; a role that does not act (masked out)
         contributes nothing. Protocol parts act whenever the team runs."""
-
-        def acts(key: str) -> bool:
-            if active_roles is None or key.startswith(PROTOCOL_PREFIX):
-                return True
-            return key.partition("/")[2] in active_roles
-
-        facts = frozenset(f.id for f in self.facts if acts(f.home) and f.text in components.get(f.home, ""))
+        lex = self.lex
+        facts = frozenset(f.id for f in self.facts if self._acts(f.home, active_roles)
+                          and lex.present(f.concept, components.get(f.home, "")))
         distractors = frozenset(
             d.id for d in self.distractors
-            if any(acts(key) and d.text in text for key, text in components.items())
+            if any(self._acts(key, active_roles) and lex.present(d.concept, text) for key, text in components.items())
         )
         return Configuration(facts, distractors)
 
@@ -172,24 +202,32 @@ class World:
         return sum(sigmoid(logit - d) for d in self.difficulties.values()) / len(self.difficulties)
 
     def solved(self, config: Configuration, problem_id: str, seed: int) -> bool:
-        """One rollout's outcome: reproducible from the request seed and the problem."""
-        return unit_draw(self.name, "solve", seed, problem_id) < self.solve_probability(config, problem_id)
+        """One rollout's outcome: reproducible from the request seed, the problem and the
+        configuration (two configurations draw independently)."""
+        return unit_draw(self.name, "solve", seed, problem_id, config.digest) < self.solve_probability(config, problem_id)
 
     # ---------------------------------------------------------------- the optimum, two ways
 
     def groups(self) -> list[tuple[str, ...]]:
-        """Independent groups of facts: the two facts of each synergy, and every other fact alone."""
-        paired: dict[str, tuple[str, ...]] = {}
-        for s in self.synergies:
-            group = tuple(sorted({*paired.get(s.first, (s.first,)), *paired.get(s.second, (s.second,))}))
-            for member in group:
-                paired[member] = group
-        groups = sorted(set(paired.values()))
-        return groups + [(f.id,) for f in self.facts if f.id not in paired]
+        """Independent groups of facts: the connected components of the synergy graph (chains
+        included), and every other fact alone."""
+        parent = {f.id: f.id for f in self.facts}
 
-    def optimum(self) -> Configuration:
-        """The best configuration by formula: no distractor, and in each group the subset with the
-        largest logit contribution (ties: the smaller subset)."""
+        def root(x: str) -> str:
+            while parent[x] != x:
+                parent[x] = parent[parent[x]]
+                x = parent[x]
+            return x
+
+        for s in self.synergies:
+            parent[root(s.first)] = root(s.second)
+        members: dict[str, list[str]] = {}
+        for f in self.facts:
+            members.setdefault(root(f.id), []).append(f.id)
+        return sorted(tuple(sorted(group)) for group in members.values())
+
+    @cached_property
+    def _optimum(self) -> Configuration:
         chosen: set[str] = set()
         for group in self.groups():
             best: tuple[float, int, tuple[str, ...]] | None = None
@@ -201,17 +239,20 @@ class World:
                         best = key
             assert best is not None
             chosen.update(best[2])
-        return Configuration(frozenset(chosen))
+        helpful = frozenset(d.id for d in self.distractors if d.penalty < 0)
+        return Configuration(frozenset(chosen), helpful)
+
+    def optimum(self) -> Configuration:
+        """The best configuration by formula: in each group the subset with the largest logit
+        contribution (ties: the smaller subset), and exactly the distractors whose penalty is
+        negative."""
+        return self._optimum
 
     def optimal_success(self) -> float:
         return self.expected_success(self.optimum())
 
     def seed_configuration(self) -> Configuration:
-        return Configuration(self.seed_facts)
-
-    def needed_facts(self) -> frozenset[str]:
-        """The facts of the optimum: a role lacking one shows its symptom when the team fails."""
-        return self.optimum().facts
+        return Configuration(self.seed_facts, self.seed_distractors)
 
     def all_configurations(self) -> list[Configuration]:
         """Every configuration (2^(facts + distractors)); for the brute-force check."""
@@ -225,25 +266,87 @@ class World:
                 out.append(Configuration(facts, present))
         return out
 
-    # ---------------------------------------------------------------- symptoms
+    # ---------------------------------------------------------------- what failing agents say
 
-    def symptoms_by_component(self, config: Configuration, seed: int, problem_id: str) -> dict[str, list[str]]:
-        """For a failing rollout: component key -> the symptom phrases its role says."""
+    def symptoms(self, components: Mapping[str, str], config: Configuration, seed: int, problem_id: str,
+                 *, active_roles: Collection[str] | None = None) -> dict[str, list[str]]:
+        """For a failing rollout of ``config`` (carried by ``components``): component key -> the
+        symptom sentences its role says (see the module docstring)."""
+        lex, optimum = self.lex, self.optimum()
         out: dict[str, list[str]] = {}
-        needed = self.needed_facts()
+
+        def say(component: str, concept: str, direction: str) -> None:
+            forms = lex.concept(concept).symptoms(direction)
+            if forms:
+                index = int(unit_draw(self.name, "form", seed, problem_id, concept, direction) * len(forms)) \
+                    if self.paraphrase else 0
+                out.setdefault(component, []).append(forms[index])
+
+        def shows(*parts: object, rate: float) -> bool:
+            return rate > 0 and unit_draw(self.name, *parts, seed, problem_id) < rate
+
+        def salient(effect: float) -> float:
+            return self.symptom_rate * (min(1.0, abs(effect) / self.salience) if self.salience > 0 else 1.0)
+
         for fact in self.facts:
-            if fact.id in needed and fact.id not in config.facts:
-                if unit_draw(self.name, "symptom", seed, problem_id, fact.id) < self.symptom_rate:
-                    out.setdefault(fact.home, []).append(fact.symptom)
+            if not self._acts(fact.home, active_roles):
+                continue
+            present, needed = fact.id in config.facts, fact.id in optimum.facts
+            effect = self._effect[fact.id]
+            if needed and not present and shows("symptom", fact.id, rate=salient(effect)):
+                say(fact.home, fact.concept, LACK)
+            elif present and not needed and fact.weight < 0 and shows("symptom", fact.id, rate=salient(effect)):
+                say(fact.home, fact.concept, EXCESS)
+            elif present and needed and shows("wrong", fact.id, rate=self.wrong_rate):
+                say(fact.home, fact.concept, EXCESS)
+        for d in self.distractors:
+            present, needed = d.id in config.distractors, d.id in optimum.distractors
+            if present and not needed:
+                for key, text in components.items():
+                    if self._acts(key, active_roles) and lex.present(d.concept, text) \
+                            and shows("symptom", d.id, key, rate=salient(d.penalty)):
+                        say(key, d.concept, EXCESS)
+            elif needed and not present and shows("symptom", d.id, rate=salient(d.penalty)):
+                say(self.main, d.concept, LACK)
+        if self.decoy_rate > 0:
+            harmful = self.harmful_concepts()
+            for key in self.components:
+                if self._acts(key, active_roles) and shows("decoy", key, rate=self.decoy_rate):
+                    pool = harmful if harmful and unit_draw(self.name, "decoy-pool", seed, problem_id, key) < 0.5 \
+                        else lex.keys
+                    say(key, pool[int(unit_draw(self.name, "decoy-pick", seed, problem_id, key) * len(pool))], LACK)
         return out
 
-    def distractor_symptoms(self, config: Configuration, seed: int, problem_id: str) -> list[tuple[str, str]]:
-        """(distractor text, symptom) of the present distractors that show in this failing run."""
-        return [
-            (d.text, d.symptom) for d in self.distractors
-            if d.id in config.distractors
-            and unit_draw(self.name, "symptom", seed, problem_id, d.id) < self.symptom_rate
-        ]
+    @cached_property
+    def _effect(self) -> dict[str, float]:
+        """A fact's salience: |weight| plus |bonus| of its synergy edges."""
+        effect = {f.id: abs(f.weight) for f in self.facts}
+        for s in self.synergies:
+            effect[s.first] += abs(s.bonus)
+            effect[s.second] += abs(s.bonus)
+        return effect
+
+    @cached_property
+    def _harmful(self) -> tuple[str, ...]:
+        optimum = self.optimum()
+        return tuple([f.concept for f in self.facts if f.id not in optimum.facts and f.weight < 0]
+                     + [d.concept for d in self.distractors if d.penalty > 0])
+
+    def harmful_concepts(self) -> tuple[str, ...]:
+        """Concepts of this world the optimum does not carry (a decoy may point at them)."""
+        return self._harmful
+
+
+@dataclass(frozen=True, slots=True)
+class Configuration:
+    """What matters of a candidate: the present facts and distractors (ids)."""
+
+    facts: frozenset[str] = frozenset()
+    distractors: frozenset[str] = frozenset()
+
+    @property
+    def digest(self) -> str:
+        return ",".join(sorted(self.facts)) + "|" + ",".join(sorted(self.distractors))
 
 
 def brute_force_optimum(world: World) -> tuple[Configuration, float]:

@@ -1,148 +1,164 @@
-"""The built-in worlds, from easy to hard, on any of the five topologies.
+"""World kinds: random instances from per-kind generators, and the first gym's fixed worlds.
 
-Each world kind places its facts in *slots*: ``main`` is the component that matters most (the
+Each kind places its facts in *components*: ``main`` is the component that matters most (the
 role that writes the final program), ``other`` a second editable component (another role, or the
 hand-off protocol; the same role in one-role teams). So every kind runs on every topology.
 
-- ``credit``: only one role matters (credit assignment). Two facts in the main role, none in the
-  other; two distractors.
-- ``joint``: interactions between roles (joint search). A fact in the other component and its
-  partner in the main one cost a little alone and pay a lot together; one independent fact.
-- ``noisy``: small effects near a 50 % solve rate, rare symptoms and noisy judges (acceptance
-  under noise).
-- ``seed_optimal``: the seed already carries the optimum; any edit can only keep it or hurt.
+A world name is ``KIND[-TOPOLOGY][@INSTANCE]``: ``credit@7`` is instance 7 of the ``credit``
+generator on its default topology (``optimizers.gym.generators``, COCO-style: each instance
+draws its own concepts, home roles, weights, synergy graph, distractors and difficulty from the
+instance seed). ``legacy_credit`` (with a topology too, e.g. ``legacy_joint-single``) is the
+first gym's fixed world of that kind: the corner of the design with no decoys, no wrong-way
+symptoms, no paraphrases, no instance randomisation and the old rates (its ``@N`` is ignored: one
+world, the instance only seeds the method).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
+from optimizers.gym.draws import Channel
+from optimizers.gym.slots import SLOTS, TEAM_SIZE, builtin_problems, components_of
 from optimizers.gym.world import Distractor, Fact, Synergy, World, spread_difficulties
 
-# The default suite: each kind on a different topology, so all role structures are exercised.
-DEFAULT_SUITE: tuple[tuple[str, str], ...] = (
-    ("credit", "sequential"),
-    ("joint", "centralized"),
-    ("noisy", "decentralized"),
-    ("seed_optimal", "independent"),
-)
-TEAM_SIZE = 2  # the smallest team of every topology: cheap rollouts, still two roles where roles exist
-
-# (main, other) component of each topology at TEAM_SIZE.
-SLOTS: Mapping[str, tuple[str, str]] = {
-    "single": ("role/solver", "role/solver"),
-    "independent": ("role/coder", "role/coder"),
-    "sequential": ("role/debugger", "role/coder"),
-    "centralized": ("role/coder_worker", "role/manager"),
-    "decentralized": ("role/debater", "protocol/handoff"),
+KINDS: tuple[str, ...] = ("credit", "joint", "noisy", "seed_optimal")
+# Each kind on a different topology by default, so all role structures are exercised.
+DEFAULT_TOPOLOGY: Mapping[str, str] = {
+    "credit": "sequential", "joint": "centralized", "noisy": "decentralized", "seed_optimal": "independent",
 }
-
-# Phrases contain no quotes or backslashes, so a scripted reply can put them in JSON strings.
-READ_ALL = ("Read the whole input at once with sys.stdin.read and split it into tokens.",
-            "I was unsure how the input is laid out, so I read it line by line and may have missed tokens.")
-TRACE_SAMPLES = ("Trace every sample case by hand before giving the final program.",
-                 "I did not trace the samples, so an off-by-one mistake may remain.")
-EXACT_MATH = ("Use exact integer arithmetic and never floating point for counts or totals.",
-              "The totals were computed with floats, so rounding may have changed the answer.")
-EMPTY_CASES = ("Handle empty and single-element inputs explicitly.",
-               "I did not consider what happens when the input is empty or has one element.")
-ASK_BOUND = ("Ask for the time complexity of every program before accepting it.",
-             "The plan never asked how fast the program must be.")
-STATE_BOUND = ("State the time complexity of each program you return and keep it within the limits.",
-               "I returned the program without checking whether it is fast enough.")
-RECURSION = ("Prefer deep recursion over loops in every solution.",
-             "As instructed I recursed deeply, which may exceed the recursion limit.")
-DEBUG_PRINTS = ("Print your intermediate debugging values to standard output.",
-                "My debugging prints went to standard output as the prompt asks.")
-NO_LIBRARY = ("Never import any module, not even from the standard library.",
-              "Without imports I had to hand-roll the data structures.")
+DEFAULT_SUITE: tuple[tuple[str, str], ...] = tuple(DEFAULT_TOPOLOGY.items())
+LEGACY = "legacy_"
 
 
-def _fact(fact_id: str, home: str, phrase: tuple[str, str], weight: float) -> Fact:
-    return Fact(fact_id, home, phrase[0], phrase[1], weight)
+# ------------------------------------------------------------------------------------------------
+# The first gym's worlds (legacy lexicon, old rates)
 
 
-def _distractor(distractor_id: str, phrase: tuple[str, str], penalty: float) -> Distractor:
-    return Distractor(distractor_id, phrase[0], phrase[1], penalty)
+def _legacy(kind: str, topology: str, facts: list[tuple[str, str, float]], distractors: list[tuple[str, float]],
+            **options: object) -> World:
+    name = f"{LEGACY}{kind}-{topology}"
+    keys = tuple(f for f, _, _ in facts) + tuple(d for d, _ in distractors)
+    return World(
+        name=name, topology=topology, team_size=TEAM_SIZE,
+        facts=tuple(Fact(fid, home, weight) for fid, home, weight in facts),
+        distractors=tuple(Distractor(did, penalty) for did, penalty in distractors),
+        components=components_of(topology), lexicon="legacy", paraphrase=False,
+        # The old reflector: no misreading, one form, blind edits among the world's own phrases.
+        channel=Channel(fix_rate=0.6, garble_rate=0.0, paraphrase=False, blind=keys),
+        **options,  # type: ignore[arg-type]
+    )
 
 
-def _problems() -> tuple[str, ...]:
-    from lcb.data import load_problems
-
-    return tuple(p.id for p in load_problems("builtin").problems)
-
-
-def credit(topology: str) -> World:
+def legacy_credit(topology: str) -> World:
     main, _ = SLOTS[topology]
-    return World(
-        name=f"credit-{topology}", topology=topology, team_size=TEAM_SIZE,
-        facts=(_fact("read_all", main, READ_ALL, 1.2), _fact("trace_samples", main, TRACE_SAMPLES, 0.8)),
-        distractors=(_distractor("recursion", RECURSION, 1.0), _distractor("debug_prints", DEBUG_PRINTS, 0.8)),
-        base=-0.8, difficulties=spread_difficulties(_problems(), 1.0, f"credit-{topology}"),
-        description="one role matters: both facts belong in the main role",
-    )
+    return _legacy("credit", topology, [("read_all", main, 1.2), ("trace_samples", main, 0.8)],
+                   [("recursion", 1.0), ("debug_prints", 0.8)], base=-0.8,
+                   difficulties=spread_difficulties(builtin_problems(), 1.0, f"credit-{topology}"),
+                   description="one role matters: both facts belong in the main role")
 
 
-def joint(topology: str) -> World:
+def legacy_joint(topology: str) -> World:
     main, other = SLOTS[topology]
-    return World(
-        name=f"joint-{topology}", topology=topology, team_size=TEAM_SIZE,
-        facts=(_fact("ask_bound", other, ASK_BOUND, -0.4), _fact("state_bound", main, STATE_BOUND, -0.2),
-               _fact("exact_math", main, EXACT_MATH, 0.6)),
-        synergies=(Synergy("ask_bound", "state_bound", 2.0),),
-        distractors=(_distractor("recursion", RECURSION, 1.0),),
-        base=-0.6, difficulties=spread_difficulties(_problems(), 1.0, f"joint-{topology}"),
-        description="interactions: a fact pays off only with its partner in another component",
-    )
+    return _legacy("joint", topology,
+                   [("ask_bound", other, -0.4), ("state_bound", main, -0.2), ("exact_math", main, 0.6)],
+                   [("recursion", 1.0)], synergies=(Synergy("ask_bound", "state_bound", 2.0),), base=-0.6,
+                   difficulties=spread_difficulties(builtin_problems(), 1.0, f"joint-{topology}"),
+                   description="interactions: a fact pays off only with its partner in another component")
 
 
-def noisy(topology: str) -> World:
+def legacy_noisy(topology: str) -> World:
     main, other = SLOTS[topology]
-    return World(
-        name=f"noisy-{topology}", topology=topology, team_size=TEAM_SIZE,
-        facts=(_fact("read_all", main, READ_ALL, 0.35), _fact("empty_cases", other, EMPTY_CASES, 0.3)),
-        distractors=(_distractor("no_library", NO_LIBRARY, 0.3),),
-        base=0.0, difficulties=spread_difficulties(_problems(), 0.5, f"noisy-{topology}"),
-        symptom_rate=0.4, judge_noise=0.3,
-        description="noisy evaluations: small effects near 50 % success, rare symptoms, noisy judges",
-    )
+    return _legacy("noisy", topology, [("read_all", main, 0.35), ("empty_cases", other, 0.3)],
+                   [("no_library", 0.3)], base=0.0,
+                   difficulties=spread_difficulties(builtin_problems(), 0.5, f"noisy-{topology}"),
+                   symptom_rate=0.4, judge_noise=0.3,
+                   description="noisy evaluations: small effects near 50 % success, rare symptoms, noisy judges")
 
 
-def seed_optimal(topology: str) -> World:
+def legacy_seed_optimal(topology: str) -> World:
     main, other = SLOTS[topology]
-    return World(
-        name=f"seed_optimal-{topology}", topology=topology, team_size=TEAM_SIZE,
-        facts=(_fact("trace_samples", main, TRACE_SAMPLES, 1.0), _fact("exact_math", other, EXACT_MATH, 0.6)),
-        distractors=(_distractor("recursion", RECURSION, 1.0), _distractor("debug_prints", DEBUG_PRINTS, 0.8)),
-        base=-0.5, difficulties=spread_difficulties(_problems(), 1.0, f"seed_optimal-{topology}"),
-        seed_facts=frozenset({"trace_samples", "exact_math"}),
-        description="the seed is already optimal: a method must not make it worse",
-    )
+    return _legacy("seed_optimal", topology, [("trace_samples", main, 1.0), ("exact_math", other, 0.6)],
+                   [("recursion", 1.0), ("debug_prints", 0.8)], base=-0.5,
+                   difficulties=spread_difficulties(builtin_problems(), 1.0, f"seed_optimal-{topology}"),
+                   seed_facts=frozenset({"trace_samples", "exact_math"}),
+                   description="the seed is already optimal: a method must not make it worse")
 
 
-WORLD_KINDS: Mapping[str, Callable[[str], World]] = {
-    "credit": credit,
-    "joint": joint,
-    "noisy": noisy,
-    "seed_optimal": seed_optimal,
+LEGACY_KINDS: Mapping[str, Callable[[str], World]] = {
+    "credit": legacy_credit, "joint": legacy_joint, "noisy": legacy_noisy, "seed_optimal": legacy_seed_optimal,
 }
+
+
+# ------------------------------------------------------------------------------------------------
+# Names
 
 
 class UnknownWorld(LookupError):
-    """A world name that is neither a kind nor kind-topology."""
+    """A world name that is not KIND[-TOPOLOGY][@INSTANCE] for a known kind and topology."""
 
 
-def make_world(name: str) -> World:
-    """``credit`` (the kind on its default topology) or ``credit-single`` (on a chosen one)."""
-    kind, _, topology = name.partition("-")
-    if kind not in WORLD_KINDS:
-        raise UnknownWorld(f"unknown world {name!r}; kinds: {', '.join(WORLD_KINDS)}")
-    if not topology:
-        topology = dict(DEFAULT_SUITE)[kind]
+def parse_name(name: str) -> tuple[str, str, int | None, bool]:
+    """(kind, topology, instance or None, legacy) of a world name."""
+    base, at, instance_text = name.partition("@")
+    instance: int | None = None
+    if at:
+        if not instance_text.isdigit():
+            raise UnknownWorld(f"bad instance {instance_text!r} in world {name!r}: expected a non-negative integer")
+        instance = int(instance_text)
+    kind, _, topology = base.partition("-")
+    legacy = kind.startswith(LEGACY)
+    kind = kind.removeprefix(LEGACY)
+    if kind not in KINDS:
+        kinds = ", ".join([*KINDS, *(LEGACY + k for k in KINDS)])
+        raise UnknownWorld(f"unknown world {name!r}; kinds: {kinds}")
+    topology = topology or DEFAULT_TOPOLOGY[kind]
     if topology not in SLOTS:
         raise UnknownWorld(f"unknown topology {topology!r} in world {name!r}; topologies: {', '.join(SLOTS)}")
-    return WORLD_KINDS[kind](topology)
+    return kind, topology, instance, legacy
+
+
+def make_world(name: str, knobs: Mapping[str, object] | None = None) -> World:
+    """The world ``name`` (see the module docstring), with model knobs overridden (``knobs``:
+    symptom_rate, decoy_rate, wrong_rate, judge_noise, paraphrase, and the channel's fix_rate,
+    garble_rate)."""
+    kind, topology, instance, legacy = parse_name(name)
+    if legacy:
+        world = LEGACY_KINDS[kind](topology)
+    else:
+        from optimizers.gym.generators import generate
+
+        world = generate(kind, topology, instance or 0)
+    return with_knobs(world, knobs or {})
+
+
+WORLD_KNOBS = ("symptom_rate", "decoy_rate", "wrong_rate", "judge_noise", "paraphrase")
+CHANNEL_KNOBS = ("fix_rate", "garble_rate")
+
+
+def with_knobs(world: World, knobs: Mapping[str, object]) -> World:
+    import dataclasses
+
+    unknown = sorted(set(knobs) - set(WORLD_KNOBS) - set(CHANNEL_KNOBS))
+    if unknown:
+        raise UnknownWorld(f"unknown knob(s) {', '.join(unknown)}; knobs: {', '.join(WORLD_KNOBS + CHANNEL_KNOBS)}")
+    if not knobs:
+        return world
+
+    def value(name: str, raw: object) -> object:
+        if name == "paraphrase":
+            return raw if isinstance(raw, bool) else str(raw).lower() in ("1", "true", "yes", "on")
+        try:
+            return float(raw)  # type: ignore[arg-type]
+        except (TypeError, ValueError):
+            raise UnknownWorld(f"knob {name} must be a number, not {raw!r}") from None
+
+    own = {k: value(k, v) for k, v in knobs.items() if k in WORLD_KNOBS}
+    channel = {k: value(k, v) for k, v in knobs.items() if k in CHANNEL_KNOBS}
+    try:
+        return dataclasses.replace(world, **own, channel=dataclasses.replace(world.channel, **channel))
+    except ValueError as exc:
+        raise UnknownWorld(str(exc)) from None
 
 
 def default_worlds() -> list[World]:
-    return [WORLD_KINDS[kind](topology) for kind, topology in DEFAULT_SUITE]
+    return [make_world(f"{kind}@0") for kind in KINDS]

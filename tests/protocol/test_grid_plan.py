@@ -58,7 +58,7 @@ def test_powered_design_reaches_five_pp(capsys: pytest.CaptureFixture[str]) -> N
     code, out, err = run(capsys, "--plan", "--json", "experiment=lcb_grid_powered")
     assert code == 0
     row = json.loads(out)
-    assert row["jobs"] == 27 and row["design"]["label"] == "600x3x10" and row["holm_family_size"] == 8
+    assert row["jobs"] == 27 and row["design"]["label"] == "800x3x1" and row["holm_family_size"] == 8
     assert row["mde_pp"] <= 5 and "warning" not in row
     # The same sweep on 50 problems, one greedy sample, cannot: a warning and a design that can.
     code, out, err = run(capsys, "--plan", "experiment=lcb_grid_powered", "test.size=50", "test.samples=1",
@@ -150,3 +150,15 @@ def test_calibrate_measures_profiles_on_a_scripted_endpoint(tmp_path: Path, caps
     assert single["prompt_tokens_per_call"] > 0
     code, plan_out, _ = run(capsys, "--plan", "--json", "experiment=lcb_grid_single", "--profiles", str(out))
     assert code == 0 and json.loads(plan_out)["phases"]["optimize"]["calls"] == 3600
+
+
+def test_plan_designs_table(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "--plan", "experiment=lcb_grid_powered", "--designs", "50x3x1,600x3x10")
+    assert code == 0
+    header, *rows = [line.split("\t") for line in out.splitlines()]
+    assert header[0] == "experiment" and len(rows) == 2
+    assumptions = power.Assumptions()
+    assert float(rows[0][6]) == power.mde_pp(power.Design(50, 3, 1, tests=8), assumptions) > 5
+    assert float(rows[1][6]) == power.mde_pp(power.Design(600, 3, 10, tests=8), assumptions) <= 5
+    assert float(rows[1][7]) > float(rows[0][7])  # more rolls, more hours
+    assert run(capsys, "--plan", "--designs", "600x3")[0] == 2

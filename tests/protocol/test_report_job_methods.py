@@ -1,5 +1,5 @@
-"""Every method, every topology: one scripted-world job per method (the nine, topologies taken in
-turn, so each of the five appears), then the report of all nine with a page per job that tells its
+"""Every method, every topology: one scripted-world job per method (the ten, topologies taken in
+turn, so each of the five appears), then the report of all ten with a page per job that tells its
 story: candidates in order, the diff or the 'unchanged' line, one verdict row per test problem.
 
 Slow (about 80 s on 2 cores, most of it MASPOB loading its encoder): ``pytest -m slow``.
@@ -26,7 +26,8 @@ from optimizers.protocol.report.job_data import job_story  # noqa: E402
 from optimizers.registry import BUILTIN_METHODS  # noqa: E402
 
 pytestmark = pytest.mark.slow
-# identity and the eight grid methods (the test-only baselines search nothing: test_baselines_job.py)
+# identity, the eight grid methods and random search (the test-only baselines search nothing:
+# test_baselines_job.py)
 METHODS = tuple(m for m in BUILTIN_METHODS if m not in cells.MATCHED_BASELINES)
 
 
@@ -50,7 +51,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
 
 def test_every_method_and_topology_gets_its_job_page(runs: Path, tmp_path: Path,
                                                      capsys: pytest.CaptureFixture[str]) -> None:
-    assert len(METHODS) == 9 and set(cells.GRID_METHODS) < set(METHODS)
+    assert len(METHODS) == 10 and set(cells.GRID_METHODS) < set(METHODS) and "random" in METHODS
     out = tmp_path / "report"
     assert report.main([str(runs), "--out", str(out), "--bootstrap", "100"]) == 0
     capsys.readouterr()

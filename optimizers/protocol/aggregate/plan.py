@@ -33,6 +33,7 @@ DEFAULT_TOKENS_PER_SECOND = 2000.0
 DEFAULT_MDE_THRESHOLD_PP = 5.0
 # LiveCodeBench release_v6 holds 1055 problems; the protocol's train and validation take 200 of them.
 MAX_TEST_PROBLEMS = 855
+MCNEMAR_MAX_PROBLEMS = 200
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,8 +174,9 @@ def plan_sweep(sweep: Sweep, *, profiles: Mapping[str, TokenProfile], families: 
         "detectable": power.detectable(family, assumptions),
         "threshold_pp": threshold_pp,
     }
-    if sweep.test.samples == 1:
-        # The reference's analysis: exact McNemar per seed, Holm over cells x seeds.
+    if sweep.test.samples == 1 and sweep.test_problems <= MCNEMAR_MAX_PROBLEMS:
+        # The reference's analysis: exact McNemar per seed, Holm over cells x seeds (exact binomial
+        # sums: priced for reference-sized test sets only).
         out["mde_pp_mcnemar_per_seed"] = trust.minimum_detectable_effect(
             sweep.test_problems, max(1, sweep.seeds), tests * max(1, sweep.seeds), assumptions.discordance)
     if out["mde_pp"] > threshold_pp:

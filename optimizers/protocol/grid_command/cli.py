@@ -320,6 +320,9 @@ def build_parser() -> OneLineParser:
     plan.add_argument("--icc", type=float, help="assumed correlation of two paired rolls of a problem (default 0.5)")
     plan.add_argument("--from-runs", type=Path, metavar="RUNS_ROOT",
                       help="take pass rate, discordance and icc from the finished jobs there")
+    plan.add_argument("--designs", metavar="PxSxK,...",
+                      help="instead of the plan: MDE and endpoint-hours of each design (problems x seeds x "
+                           "samples) for the planned experiments, e.g. 50x3x1,600x3x10")
     plan.add_argument("--mde-threshold", type=float, default=5.0,
                       help="warn above this MDE (pp) and print the smallest design that reaches it (default 5)")
     return parser
@@ -344,6 +347,12 @@ def plan_main(args: Any) -> int:
             args.discordance if args.discordance is not None else base.discordance,
             args.icc if args.icc is not None else base.icc,
             base.source if all(v is None for v in (args.pass_rate, args.discordance, args.icc)) else "assumed")
+        if args.designs:
+            lines = list(plan.design_rows(args.overrides, plan.parse_designs(args.designs),
+                                          profiles_path=args.profiles, tokens_per_second=args.tokens_per_second,
+                                          assumptions=assumptions))
+            sys.stdout.write("\n".join(lines) + "\n")
+            return 0
         results = plan.plans(args.overrides, profiles_path=args.profiles, tokens_per_second=args.tokens_per_second,
                              assumptions=assumptions, threshold_pp=args.mde_threshold)
     except (plan.PlanError, ProfileError, ValueError) as exc:

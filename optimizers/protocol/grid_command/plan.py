@@ -185,3 +185,36 @@ def plan_output(results: Sequence[Mapping[str, Any]], *, as_json: bool) -> Itera
         yield (f"all: {sum(r['jobs'] for r in results)} jobs, {sum(r['calls'] for r in results)} calls, "
                f"{sum(r['tokens'] for r in results)} tokens, "
                f"{round(sum(r['endpoint_hours'] for r in results), 1)} endpoint-hours")
+
+
+def parse_designs(text: str) -> list[tuple[int, int, int]]:
+    """``50x3x1,600x3x10`` -> [(problems, seeds, samples), ...]."""
+    out = []
+    for item in text.split(","):
+        parts = item.strip().lower().split("x")
+        try:
+            problems, seeds, samples = (int(p) for p in parts)
+        except ValueError:
+            raise PlanError(f"design {item!r} is not PROBLEMSxSEEDSxSAMPLES (e.g. 600x3x10)") from None
+        out.append((problems, seeds, samples))
+    return out
+
+
+def design_rows(overrides: Sequence[str], designs: Sequence[tuple[int, int, int]], *, profiles_path: Path | None,
+                tokens_per_second: float, assumptions: power.Assumptions) -> Iterator[str]:
+    """The README's table: for each planned experiment, each design's MDE and endpoint-hours."""
+    experiments, rest = parse_overrides(overrides)
+    sweeps = [load_sweep(name, rest) for name in (experiments or reference_experiments())]
+    profiles = load_profiles(profiles_path)
+    families = planning.family_sizes(sweeps)
+    yield "\t".join(("experiment", "problems", "seeds", "samples", "holm_family", "mde_pp_cell", "mde_pp",
+                     "endpoint_hours"))
+    for sweep in sweeps:
+        tests = max([families.get(c.model, 1) for _, c in sweep.cells] or [1])
+        rows = planning.design_table(
+            designs, tests=tests, assumptions=assumptions,
+            hours=lambda d, sweep=sweep: sum(planning.endpoint_hours(u, tokens_per_second) for u in
+                                             planning.sweep_usage(planning.resized(sweep, d), profiles).values()))
+        for row in rows:
+            yield "\t".join(str(v) for v in (sweep.name, row["problems"], row["seeds"], row["samples"], tests,
+                                              row["mde_pp_cell"], row["mde_pp"], row["endpoint_hours"]))
