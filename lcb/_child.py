@@ -783,12 +783,14 @@ def run_job(job: dict, commands_fd: int, emit: _Emitter, layers: list[str], cloc
     emit("ready", wrapped=wrapped, **({"setup_s": clock.laps, "setup_cpu_s": clock.cpu_laps, "setup_began": clock.began} if job["timings"] else {}))
     commands = socket.socket(fileno=commands_fd)
     for command, fds in _commands(commands):
-        name, _, argument = command.partition(" ")
+        name, argument, *flags = command.split(" ") + [""]
         if name == "run" and argument.isdigit() and len(fds) == 1:
             report = run_test(job, code, int(argument), fds[0], commands)
             if report["state"] == "stopped":
                 break
             emit("ran", **report)
+            if "last" in flags:  # the harness has no more tests for us: end without waiting
+                break
         else:
             for fd in fds:
                 os.close(fd)
@@ -880,7 +882,13 @@ def serve(sock_fd: int) -> None:
             job_path, _, wants = message.decode().partition("\n")
             _reap(zygotes, namespaces)  # first: a network namespace may have come free
             net = namespaces.before_fork() if wants == "namespaces" else None
-            pid = os.fork()
+            try:
+                pid = os.fork()
+            except OSError:
+                if net is not None:  # back to our own PID namespace for whatever forks next
+                    namespaces.after_fork(-1, net)
+                    namespaces.reaped(-1)
+                raise
             if pid == 0:
                 sock.close()
                 os.setsid()
