@@ -834,7 +834,7 @@ def _host_pid() -> int:
 def _zygote_main(job_path: str, result_fd: int, commands_fd: int) -> None:
     emit = _Emitter(result_fd)
     try:
-        emit("started", pid=os.getpid(), landlock=_LANDLOCK_ABI)
+        emit("started", pid=_host_pid(), landlock=_LANDLOCK_ABI)  # as the harness sees it
         clock = _Clock()
         with open(job_path, encoding="utf-8") as fh:
             job = json.load(fh)
