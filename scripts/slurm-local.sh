@@ -176,7 +176,7 @@ cmd_status() {
 cmd_stop() {
   if pid_alive "$STATE/run/slurmctld.pid" && command -v scancel >/dev/null 2>&1; then
     # Only this cluster's jobs: SLURM_CONF points at our configuration.
-    scancel --full --quiet --cluster=lcbgrid --user="$(id -un)" 2>/dev/null || scancel --quiet --user="$(id -un)" 2>/dev/null || true
+    scancel --quiet --user="$(id -un)" 2>/dev/null || true
     wait_for 20 jobs sh -c '[ -z "$(squeue -h -o %i 2>/dev/null)" ]' || say "jobs still listed after 20 s; stopping anyway"
   fi
   for daemon in slurmd slurmctld munged; do

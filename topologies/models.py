@@ -386,16 +386,18 @@ class OpenAIChatClient:
     call ``asyncio.run`` repeatedly would otherwise reuse dead connections).
     """
 
-    def __init__(self, config: ModelConfig, *, seed: int | None = None, route_salt: str | None = None) -> None:
+    def __init__(self, config: ModelConfig, *, seed: int | None = None, route_salt: int | str | None = None) -> None:
         self.config = config
         self.model_id = config.id
         self._endpoints = [_Endpoint(url) for url in config.endpoints]
         self.router = make_router(config.routing, config.routing_options)
         # Ties start at a per-client endpoint, so that the jobs of a sweep (one client each) do
-        # not all put their first sessions on the first endpoint. ``route_salt`` (a job id) makes
-        # the rotation reproducible; by default it is the process's.
+        # not all put their first sessions on the first endpoint: a number (the job's number in
+        # its sweep) starts at that endpoint, modulo the pool; a string (a job id) at its hash;
+        # by default the process id's.
         salt = route_salt if route_salt is not None else f"pid-{os.getpid()}"
-        self._round_robin = itertools.count(zlib.crc32(salt.encode()) % max(1, len(self._endpoints)))
+        first = salt if isinstance(salt, int) else zlib.crc32(str(salt).encode())
+        self._round_robin = itertools.count(first % max(1, len(self._endpoints)))
         self._lock = threading.Lock()
         self._usage: dict[str, Usage] = {}
         self._transport_failures = 0
@@ -580,6 +582,6 @@ class OpenAIChatClient:
         return message
 
 
-def make_client(config: ModelConfig, *, route_salt: str | None = None) -> OpenAIChatClient:
+def make_client(config: ModelConfig, *, route_salt: int | str | None = None) -> OpenAIChatClient:
     """The ChatClient for a resolved model (``route_salt``: see ``OpenAIChatClient``)."""
     return OpenAIChatClient(config, route_salt=route_salt)

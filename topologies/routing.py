@@ -93,7 +93,7 @@ class Router(Protocol):
 
 
 def _least_loaded(endpoints: Sequence[Any], start: int, avoid: Any, now: float,
-                  extra: Callable[[Any], int] = lambda e: 0, sessions_first: bool = False) -> Any:
+                  extra: Callable[[Any], Any] = lambda e: 0, sessions_first: bool = False) -> Any:
     count = len(endpoints)
     best, best_key = None, None
     for offset in range(count):
@@ -124,6 +124,7 @@ class SessionAffinity:
         self.options = options
         # Sessions end when their team run ends (nothing refers to them any more).
         self._bound: weakref.WeakKeyDictionary[RoutingSession, Any] = weakref.WeakKeyDictionary()
+        self._sent: dict[int, int] = {}  # calls routed to each endpoint (by id), for tie-breaks
         self.spills = 0
 
     def sessions_on(self, endpoint: Any) -> int:
@@ -134,6 +135,11 @@ class SessionAffinity:
         return max(self.options.affinity_min_in_flight, math.ceil(self.options.affinity_load_factor * mean))
 
     def pick(self, endpoints: Sequence[Any], start: int, avoid: Any, now: float) -> Any:
+        chosen = self._pick(endpoints, start, avoid, now)
+        self._sent[id(chosen)] = self._sent.get(id(chosen), 0) + 1
+        return chosen
+
+    def _pick(self, endpoints: Sequence[Any], start: int, avoid: Any, now: float) -> Any:
         session = current_session()
         if session is None:
             return _least_loaded(endpoints, start, avoid, now)
@@ -144,10 +150,14 @@ class SessionAffinity:
             self.spills += 1
             chosen = _least_loaded(endpoints, start, avoid, now)
         else:
+            # A new session: the endpoint with the fewest live sessions; among equals the one that
+            # was sent the fewest calls so far (sessions differ in length: a debate of four peers
+            # makes more calls than a manager and its workers).
             counts: dict[int, int] = {}
             for endpoint in self._bound.values():
                 counts[id(endpoint)] = counts.get(id(endpoint), 0) + 1
-            chosen = _least_loaded(endpoints, start, avoid, now, lambda e: counts.get(id(e), 0), sessions_first=True)
+            chosen = _least_loaded(endpoints, start, avoid, now,
+                                   lambda e: (counts.get(id(e), 0), self._sent.get(id(e), 0)), sessions_first=True)
         self._bound[session] = chosen
         return chosen
 

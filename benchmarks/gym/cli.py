@@ -211,13 +211,19 @@ FIGURES = ("regret_vs_budget.png", "cd.png", "ecdf.png", "anytime.png")
 
 
 def report(args: argparse.Namespace, jobs: list[GymJob], wall_s: float | None) -> str:
-    from benchmarks.gym.report import plot_anytime, plot_cd, plot_ecdf, plot_regret, summarize, table
+    from benchmarks.gym.report import (cost_table, costs, plot_anytime, plot_cd, plot_ecdf, plot_regret,
+                                       summarize, table)
 
     results = collect(args, jobs)
     if not results:
         raise UsageError(f"no finished job results under {args.out}")
     summary = summarize(results, resamples=args.bootstrap)
-    text = table(summary)
+    price = costs(results, jobs)
+    text = table(summary) + "\n\n" + cost_table(price) + (
+        f"\n\nThe requested run at these rates: {price['run_cpu_s']:.0f} CPU s, "
+        f"{price['run_wall_s_quiet'] / 60:.0f} min of wall time on {price['cores']} quiet cores"
+        + (f" ({price['jobs_unpriced']} jobs of rows not yet measured are not counted)" if price["jobs_unpriced"]
+           else "") + ".")
     largest = max(int(r["budget"]) for r in results)
     write_json_atomic(args.out / "summary.json", {
         "command": "python -m benchmarks.gym " + " ".join(sys.argv[1:]),
@@ -226,6 +232,7 @@ def report(args: argparse.Namespace, jobs: list[GymJob], wall_s: float | None) -
         "job_wall_s_total": round(sum(r.get("wall_s", 0.0) for r in results), 1),
         "job_cpu_s_total": round(sum(r.get("cpu_s", 0.0) for r in results), 1),
         "knobs": dict(args.knobs),
+        "costs": price,
         "rows": summary["rows"], "cells": summary["cells"],
     })
     (args.out / "table.md").write_text(text + "\n", encoding="utf-8")

@@ -146,6 +146,36 @@ def table(summary: Mapping[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def costs(results: Sequence[Mapping[str, Any]], requested: Sequence[Any], cores: int = 2) -> dict[str, Any]:
+    """CPU seconds per job (method x budget, mean over finished jobs) and what the whole
+    requested run costs at those rates: CPU seconds, and wall seconds on ``cores`` cores that
+    nothing else uses (jobs spread evenly; process start-up not counted)."""
+    per: dict[tuple[str, int], list[float]] = {}
+    for r in results:
+        per.setdefault((r["method"], int(r["budget"])), []).append(float(r.get("cpu_s", 0.0)))
+    means = {key: statistics.fmean(v) for key, v in per.items()}
+    known = [means[(j.method, j.budget)] for j in requested if (j.method, j.budget) in means]
+    missing = sum((j.method, j.budget) not in means for j in requested)
+    total = sum(known)
+    return {"cpu_s_per_job": {f"{m}/b{b}": round(v, 3) for (m, b), v in sorted(means.items())},
+            "jobs_priced": len(known), "jobs_unpriced": missing, "run_cpu_s": round(total, 1),
+            "run_wall_s_quiet": round(total / cores, 1), "cores": cores}
+
+
+def cost_table(price: Mapping[str, Any]) -> str:
+    """Markdown: CPU seconds per job, method x budget."""
+    cells: dict[str, dict[int, float]] = {}
+    for key, value in price["cpu_s_per_job"].items():
+        method, _, budget = key.rpartition("/b")
+        cells.setdefault(method, {})[int(budget)] = value
+    budgets = sorted({b for v in cells.values() for b in v})
+    lines = ["| method | " + " | ".join(f"CPU s/job B={b}" for b in budgets) + " |", "|---|" + "---|" * len(budgets)]
+    for method in sorted(cells):
+        lines.append(f"| {method} | " + " | ".join(f"{cells[method][b]:.2f}" if b in cells[method] else "-"
+                                                   for b in budgets) + " |")
+    return "\n".join(lines)
+
+
 # ------------------------------------------------------------------------------------------------
 # Figures
 

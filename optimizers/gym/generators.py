@@ -5,7 +5,8 @@ Every instance draws from its seed (``gym/KIND/TOPOLOGY/INSTANCE``): 5-20 concep
 (``facts``), each fact's home among the topology's components (kind-specific, below), its weight,
 a synergy graph, distractors at a random density (10-30 % of the facts) with penalties of either
 sign (15 % help wherever they are), the seed's own facts, the base (so the seed starts where the
-kind says) and the problems' difficulty spread. Most facts are *minor* (|weight| 0.005-0.04, either
+kind says), and its own 24-48 synthetic problems (cases of the built-in ones, ``slots``) with their
+difficulties spread over the kind's range. Most facts are *minor* (|weight| 0.005-0.04, either
 sign: they barely matter and, with ``salience``, rarely show a symptom); the kind decides the few
 that matter:
 
@@ -33,10 +34,11 @@ from dataclasses import dataclass
 
 from optimizers.gym.draws import Channel
 from optimizers.gym.lexicon import generated
-from optimizers.gym.slots import TEAM_SIZE, builtin_problems, components_of
+from optimizers.gym.slots import CASE, TEAM_SIZE, builtin_problems, components_of
 from optimizers.gym.world import Distractor, Fact, Synergy, World, spread_difficulties
 
 FACTS_PER_COMPONENT = (5, 20)
+PROBLEMS_PER_INSTANCE = (24, 48)  # synthetic cases of the built-in problems, each its own difficulty
 
 
 @dataclass
@@ -160,7 +162,7 @@ def generate(kind: str, topology: str, instance: int, *, facts: tuple[int, int] 
         else world.logit(optimum)
     target = rng.uniform(*spec.seed_success)
     base = round(math.log(target / (1 - target)) - seed_logit, 4)
-    problem_ids = problems or builtin_problems()
+    problem_ids = problems or synthetic_problems(rng)
     import dataclasses
 
     return dataclasses.replace(
@@ -169,6 +171,14 @@ def generate(kind: str, topology: str, instance: int, *, facts: tuple[int, int] 
         symptom_rate=spec.symptom_rate, decoy_rate=0.2, wrong_rate=0.1, paraphrase=True, salience=0.5,
         judge_noise=spec.judge_noise, channel=Channel(fix_rate=0.6, garble_rate=0.1, paraphrase=True),
     )
+
+
+def synthetic_problems(rng: random.Random) -> tuple[str, ...]:
+    """An instance's own problems: 24-48 cases ``<builtin id>~<k>`` of random built-in problems
+    (their difficulty is drawn per case)."""
+    builtins = builtin_problems()
+    count = rng.randint(*PROBLEMS_PER_INSTANCE)
+    return tuple(f"{rng.choice(builtins)}{CASE}{k}" for k in range(count))
 
 
 def _synergy_members(draft: _Draft) -> set[str]:

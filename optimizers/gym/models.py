@@ -98,12 +98,22 @@ def reference_programs() -> dict[str, dict[str, str]]:
     return {pid: dict(s) for pid, s in load_solutions().items()}
 
 
+_CASE = re.compile(r"Case ([A-Za-z0-9_\-]+~\d+)\.")
+
+
 def program(problem_id: str, correct: bool) -> str:
-    code = reference_programs()[problem_id]["correct" if correct else "wrong"].strip()
+    """The reference program (correct or wrong) of a problem, a synthetic case's being its
+    built-in problem's (``<builtin id>~<k>``)."""
+    code = reference_programs()[problem_id.partition("~")[0]]["correct" if correct else "wrong"].strip()
     return f"```python\n{code}\n```"
 
 
 def problem_in(text: str) -> str | None:
+    """The problem a text is about: a synthetic case by its ``Case <id>.`` line, else a built-in
+    problem by the opening of its statement."""
+    case = _CASE.search(text)
+    if case is not None:
+        return case.group(1)
     return next((pid for pid, key in _problem_keys().items() if key in text), None)
 
 

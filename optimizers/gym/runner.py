@@ -41,29 +41,29 @@ from optimizers.registry import get_optimizer_class
 
 RESULT_NAME = "result.json"
 GYM_SCHEMA = 2
-TRAIN_SHARE = 9  # of the 14 built-in problems (a multiple of GEPA's minibatch of 3); the rest: validation
+TRAIN_SHARE = 0.6  # of a world's problems, rounded to a multiple of GEPA's minibatch of 3 (9 of 14)
 TARGETS = (0.5, 0.9, 1.0)  # "rollouts to X %" for these shares of the possible gain
-FULL_EVAL = 14  # train + validation problems: one full evaluation in GEPA/MIPRO/TAVO's schedules
 
 
-def _gepa(budget: int) -> dict[str, Any]:
-    evals = max(5, budget // FULL_EVAL)  # GEPA's metric-call cap is max_full_evals x 14
+def _gepa(budget: int, train: int, val: int) -> dict[str, Any]:
+    evals = max(5, budget // (train + val))  # GEPA's metric-call cap is max_full_evals x (train + val)
     return {"max_full_evals": evals, "early_stop_patience": max(3, evals // 3)}
 
 
-def _mipro(budget: int) -> dict[str, Any]:
-    # Each trial scores a configuration on the 5 validation problems; proposals grow with the trials.
-    trials = max(3, (budget - 30) // 5)
-    return {"num_trials": trials, "num_candidates": max(3, min(12, trials // 8))}
+def _mipro(budget: int, train: int, val: int) -> dict[str, Any]:
+    # Bootstrapping runs the train set once; each trial scores a configuration on the validation
+    # set; the instruction proposals grow with the trials.
+    trials = max(3, (budget - train) // max(val, 1))
+    return {"num_trials": trials, "num_candidates": max(3, min(12, trials // 4))}
 
 
-def _tavo(budget: int) -> dict[str, Any]:
-    rounds = max(5, budget // 30)  # a round: 6 train rollouts x 2 attempts + validation
+def _tavo(budget: int, train: int, val: int) -> dict[str, Any]:
+    rounds = max(5, budget // 30)  # a round: 6 train rollouts x 2 attempts + a validation batch
     return {"max_outer_rounds": rounds, "patience": max(2, rounds // 4)}
 
 
-# Row -> (registered method, its params as a function of the budget).
-SCALED: Mapping[str, tuple[str, Callable[[int], dict[str, Any]]]] = {
+# Row -> (registered method, its params from the budget and the train / validation sizes).
+SCALED: Mapping[str, tuple[str, Callable[[int, int, int], dict[str, Any]]]] = {
     "gepa_scaled": ("gepa", _gepa), "mipro_scaled": ("mipro", _mipro), "tavo_scaled": ("tavo", _tavo),
 }
 
@@ -97,8 +97,8 @@ class GymJob:
     def directory(self, out: Path) -> Path:
         return out / "jobs" / self.world_folder / self.variant / f"b{self.budget}" / f"s{self.seed}"
 
-    def method_params(self) -> dict[str, Any]:
-        scaled = SCALED[self.method][1](self.budget) if self.method in SCALED else {}
+    def method_params(self, train: int = 9, val: int = 5) -> dict[str, Any]:
+        scaled = SCALED[self.method][1](self.budget, train, val) if self.method in SCALED else {}
         return {**scaled, **dict(self.params)}
 
     def to_dict(self) -> dict[str, Any]:
@@ -136,7 +136,8 @@ def method_version(row: str) -> str:
 
 def split(world: World) -> tuple[list[str], list[str]]:
     order = sorted(world.problems, key=lambda p: unit_draw(world.name, "split", p))
-    return order[:TRAIN_SHARE], order[TRAIN_SHARE:]
+    cut = max(3, 3 * round(TRAIN_SHARE * len(order) / 3))
+    return order[:cut], order[cut:]
 
 
 def config_dict(config: Configuration) -> dict[str, list[str]]:
@@ -196,7 +197,7 @@ async def optimize(job: GymJob, workdir: Path, world: World | None = None) -> di
         curve.append((charged, world.expected_success(system.configuration(candidate))))
 
     cls = get_optimizer_class(row_method(job.method))
-    params = job.method_params()
+    params = job.method_params(len(train), len(val))
     ctx = OptimizeContext(
         evaluator=evaluator, budget=budget, seed=job.seed, workdir=workdir / "native",
         reflection=model if getattr(cls, "needs_reflection", True) else None,

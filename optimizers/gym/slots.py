@@ -1,5 +1,11 @@
-"""Where a world's facts live on each topology: the components of the smallest team (two roles
-where the topology has roles), and the problems every world is scored on."""
+"""Where a world's facts live on each topology (the components of the smallest team: two roles
+where the topology has roles), and the problems worlds are scored on.
+
+A generated instance draws its own *synthetic problems* (``CASE``): ``<builtin id>~<k>`` is case k
+of a built-in problem, with its own difficulty; the team sees the built-in statement under a
+``Case <id>.`` line (so every case reads as its own problem), and the reference programs of the
+built-in problem are its correct and wrong answers. The first gym's worlds use the 14 built-ins.
+"""
 
 from __future__ import annotations
 
@@ -26,3 +32,32 @@ def builtin_problems() -> tuple[str, ...]:
     from lcb.data import load_problems
 
     return tuple(p.id for p in load_problems("builtin").problems)
+
+
+CASE = "~"
+_CASE_LINE = "Case {id}."
+
+
+def base_problem(problem_id: str) -> str:
+    """The built-in problem behind a (synthetic) problem id."""
+    return problem_id.partition(CASE)[0]
+
+
+def case_line(problem_id: str) -> str:
+    return _CASE_LINE.format(id=problem_id)
+
+
+class GymProblems(dict):  # type: ignore[type-arg]
+    """Problem id -> ``lcb.problem.Problem`` for built-in and synthetic ids (made on first use)."""
+
+    def __missing__(self, problem_id: str):  # noqa: ANN204 - a Problem
+        import dataclasses
+
+        from lcb.data import load_problems
+
+        builtins = {p.id: p for p in load_problems("builtin").problems}
+        base = builtins[base_problem(problem_id)]
+        problem = base if problem_id == base.id else dataclasses.replace(
+            base, id=problem_id, statement=f"{case_line(problem_id)}\n{base.statement}")
+        self[problem_id] = problem
+        return problem

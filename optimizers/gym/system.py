@@ -22,6 +22,7 @@ from lcb.verdict import Outcome, Verdict
 from optimizers.candidate import Candidate
 from optimizers.evaluator import AttemptResult
 from optimizers.gym.models import RolloutModel, reference_programs
+from optimizers.gym.slots import GymProblems, base_problem
 from optimizers.gym.world import PROTOCOL_PREFIX, Configuration, World
 from topologies.types import Decoding, TeamRoster, TeamSpec
 
@@ -36,16 +37,15 @@ async def scripted_grade(problem: Problem, code: str | None, *, tests: Any = "hi
     total = min(total, max_tests) if max_tests else total
     if code is None or not code.strip():
         return Verdict(problem.id, Outcome.NO_CODE, 0, total, (), f"no code to grade; passed 0/{total} hidden tests")
-    if code.strip() == reference_programs()[problem.id]["correct"].strip():
+    if code.strip() == reference_programs()[base_problem(problem.id)]["correct"].strip():
         return Verdict(problem.id, Outcome.PASSED, total, total, (), f"passed {total}/{total} hidden tests")
     return Verdict(problem.id, Outcome.WRONG_ANSWER, 0, total, (),
                    f"passed 0/{total} hidden tests; first failure: wrong_answer on test 1 (stdin)")
 
 
-def load_builtin_problems() -> dict[str, Problem]:
-    from lcb.data import load_problems
-
-    return {p.id: p for p in load_problems("builtin").problems}
+def load_builtin_problems() -> Mapping[str, Problem]:
+    """Built-in problems and the synthetic cases of generated instances (made on first use)."""
+    return GymProblems()
 
 
 @dataclass(frozen=True, slots=True)

@@ -214,12 +214,12 @@ def test_the_cli_writes_summary_and_figures_resumes_and_refuses_bad_input(ranked
 
 
 def test_a_killed_job_starts_afresh_and_a_finished_one_is_skipped(tmp_path: Path) -> None:
-    job = GymJob("credit@0", "mipro", 10, 0)
+    job = GymJob("credit@0", "random", 12, 0)
     directory = job.directory(tmp_path)
     (directory / "optimization").mkdir(parents=True)
     (directory / "optimization" / "attempts.jsonl").write_text('{"cut short by a kill')  # no result.json
     first = run_job(job, tmp_path)
-    assert first["status"] == "completed" and not first.get("skipped") and first["charged"] == 10
+    assert first["status"] == "completed" and not first.get("skipped") and first["charged"] == 12
     assert not (directory / "optimization").exists()  # journals are dropped once the result is written
     again = run_job(job, tmp_path)
     assert again["skipped"] and again["deployed_success"] == first["deployed_success"]

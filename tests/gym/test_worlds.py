@@ -63,6 +63,8 @@ def test_generated_instances_span_the_ranges_and_differ(kind: str) -> None:
         assert optimum - seed == pytest.approx(0.0, abs=1e-12) if kind == "seed_optimal" else optimum - seed > 0.1
         assert {f.home for f in world.facts if abs(f.weight) >= 0.2} <= set(world.components)
     assert len({w.optimal_success() for w in worlds}) == len(worlds)  # each instance its own difficulty
+    assert all(24 <= len(w.problems) <= 48 and all("~" in p for p in w.problems) for w in worlds)
+    assert len({p for w in worlds for p in w.problems}) > 300  # hundreds of synthetic problems
     assert len({frozenset(f.concept for f in w.facts) for w in worlds}) == len(worlds)
     assert make_world(f"{kind}@3") == make_world(f"{kind}@3")  # reproducible from the instance seed
 
@@ -192,9 +194,9 @@ def test_a_probe_is_a_stochastic_rollout_of_the_environment() -> None:
     world = make_world("credit-single@2")
     seed, spec, roster = seed_candidate(world)
     system = GymSystem(world, spec, roster)
-    from lcb.data import load_problems
+    from optimizers.gym.slots import GymProblems
 
-    statement = next(p.statement for p in load_problems("builtin").problems if p.id == world.problems[0])
+    statement = GymProblems()[world.problems[0]].statement  # a synthetic case of a built-in problem
     optimum_prompt = "\n".join(world.text(f.concept) for f in world.facts if f.id in world.optimum().facts)
     good = [shows_correct_program(system.probe(seed.components, optimum_prompt, statement, s)) for s in range(200)]
     bad = [shows_correct_program(system.probe(seed.components, "Be brief.", statement, s)) for s in range(200)]

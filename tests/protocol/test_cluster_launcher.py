@@ -125,3 +125,37 @@ def test_launcher_configs_compose_without_the_deprecation_warning(tmp_path: Path
     for line in ("max_num_timeout: 3", "max_num_preemption: 10", "wait: false", "check_resources: true",
                  "cpus_per_task: 2", "mem_gb: 8", "_target_: hydra_plugins.lcb_grid_submitit.launcher.SlurmLauncher"):
         assert line in launched, launched
+
+
+def test_preemptions_beyond_the_limit_are_not_requeued_and_time_outs_are_not_preemptions() -> None:
+    # In a child: checkpointing freezes the process's journal writes (the job is stopping).
+    code = (
+        "import time\n"
+        "from hydra_plugins.lcb_grid_submitit.launcher import SlurmLauncher\n"
+        "job = SlurmLauncher(submitit_folder='x', timeout_min=60, max_num_preemption=2)\n"
+        "job._started = time.time()\n"
+        "print([job.checkpoint(['seed=0'], 'k', 0, 'id', {}) is not None for _ in range(3)], job.preemptions)\n"
+        "late = SlurmLauncher(submitit_folder='x', timeout_min=60, max_num_preemption=0)\n"
+        "late._started = time.time() - 55 * 60  # past 80 % of the limit: a time-out\n"
+        "print(late.checkpoint(['seed=0'], 'k', 0, 'id', {}) is not None, late.preemptions)\n"
+        "from optimizers.journal import writes_frozen; print(writes_frozen())\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120,
+                          check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.splitlines() == ["[True, True, False] 3", "True 0", "True"]
+    assert "preempted 3 times (max_num_preemption=2); not requeued" in done.stderr
+
+
+def test_slurm_local_script_refuses_unknown_commands_and_names_its_configuration(tmp_path: Path) -> None:
+    script = REPO / "scripts" / "slurm-local.sh"
+    bad = subprocess.run(["bash", str(script), "restart"], capture_output=True, text=True, timeout=30, check=False)
+    assert bad.returncode == 2 and bad.stderr.startswith("usage:")
+    env = {"PATH": "/usr/bin:/bin", "LCB_SLURM_DIR": str(tmp_path / "state")}
+    shown = subprocess.run(["bash", str(script), "env"], capture_output=True, text=True, timeout=30, env=env,
+                           check=False)
+    assert shown.stdout.strip() == f"export SLURM_CONF={tmp_path / 'state' / 'slurm.conf'}"
+    # nothing runs from an empty state folder: status says so and fails
+    status = subprocess.run(["bash", str(script), "status"], capture_output=True, text=True, timeout=30, env=env,
+                            check=False)
+    assert status.returncode == 1 and "slurmctld: stopped" in status.stdout

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -205,8 +204,8 @@ def _mid_optimize(out: Path) -> bool:
 
 
 def _release(job_id: str) -> None:
-    """SLURM holds a requeued job for about two minutes (reason BeginTime); the test need not wait.
-    The hold is set once the job is pending again (after its first run has completed)."""
+    """SLURM holds a requeued job for about two minutes (reason BeginTime); the test need not wait
+    that long. The hold is set once the job is pending again (after its first run has ended)."""
     pending = False
 
     def released() -> bool:
@@ -216,6 +215,9 @@ def _release(job_id: str) -> None:
             return pending  # still the first run ending, or already the second run
         pending = True
         if fields.get("Reason") == "BeginTime":
+            # Not in the same second as the kill: slurmd refuses a launch whose credential is no
+            # newer than the revocation of the killed run's ("Job credential revoked").
+            time.sleep(3)
             slurm("scontrol", "update", f"JobId={job_id}", "StartTime=now")
             return False
         return True
@@ -259,11 +261,20 @@ def test_pre_timeout_signal_makes_the_job_requeue_itself(world: Any, uninterrupt
     wait_for("the middle of optimize", lambda: _mid_optimize(out))
     # What SLURM sends signal_delay_s before the time limit (submitit's --signal=USR2@...).
     slurm("scancel", "--signal=USR2", job_id)
+    # Nobody but the job itself asks SLURM to requeue it: its signal handler checkpoints, then
+    # runs `scontrol requeue` (which may die with the job it requeues, before logging so).
     wait_for("the job to requeue itself", lambda: int(job_fields(job_id).get("Restarts", "0")) >= 1, timeout_s=60)
     logs = "".join(path.read_text(errors="replace") for path in tmp_path.rglob("*_log.err"))
-    assert re.search(r"Requeued job \S+ \(\d+ remaining timeouts\)", logs), logs[-3000:]
+    assert "Caught signal SIGUSR2" in logs and "Calling checkpoint method" in logs, logs[-3000:]
     _release(job_id)
     wait_for("the resumed job's result", lambda: (out / "result.json").is_file(), timeout_s=300)
     result = read_sealed(out / "result.json")
     assert stable(result) == stable(uninterrupted)
     charged_once(out, result)
+
+
+def test_starting_a_running_cluster_changes_nothing() -> None:
+    again = subprocess.run(["bash", str(SLURM_LOCAL), "start"], capture_output=True, text=True, timeout=120,
+                           env=_slurm_env(), check=False)
+    assert again.returncode == 0 and "already running" in again.stderr, again.stderr
+    assert "idle" in slurm("sinfo", "-h", "-o", "%T") or "mixed" in slurm("sinfo", "-h", "-o", "%T")

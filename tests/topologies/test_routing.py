@@ -135,3 +135,20 @@ def test_every_call_of_a_team_run_reaches_one_server(topology: str) -> None:
     # positive control: call-by-call routing scatters the same team runs over several servers
     scattered = _servers_per_rollout("least_in_flight", topology)
     assert any(len(s) > 1 for s in scattered.values()), scattered
+
+
+def test_the_jobs_of_a_sweep_start_on_successive_endpoints() -> None:
+    config = ModelConfig(id="m", endpoints=tuple(f"http://127.0.0.1:{9000 + i}/v1" for i in range(4)))
+    first = []
+    for job_number in range(8):  # eight one-rollout jobs: each client's first session
+        client = make_client(config, route_salt=job_number)
+        with routing_session():
+            first.append(client._acquire(None).url)
+    assert [first.count(url) for url in config.endpoints] == [2, 2, 2, 2]
+    # positive control: without the job number every client starts on the same endpoint
+    same = []
+    for _ in range(4):
+        client = make_client(config, route_salt="same-job")
+        with routing_session():
+            same.append(client._acquire(None).url)
+    assert len(set(same)) == 1

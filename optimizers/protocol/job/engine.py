@@ -49,6 +49,9 @@ class JobRuntime:
     client_backoff_s: float | None = None
     probe_endpoints: bool = True
     client_factory: Callable[[JobConfig], Any] | None = None  # tests/benchmarks: a ready ChatClient
+    # Where the task client's endpoint rotation starts: the sweep's job number (jobs 0..N-1 then
+    # start on successive endpoints), else the job id's hash.
+    route_salt: int | str | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
 
 
@@ -115,6 +118,7 @@ class Job:
             max_retries=self.runtime.client_max_retries,
             backoff_s=self.runtime.client_backoff_s,
             probe=self.runtime.probe_endpoints,
+            route_salt=self.runtime.route_salt if self.runtime.route_salt is not None else self.job_id,
         )
 
     @cached_property

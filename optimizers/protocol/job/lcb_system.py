@@ -208,9 +208,11 @@ def base_team_spec(
 
 
 def task_client(
-    model: Any, *, max_retries: int | None = None, backoff_s: float | None = None, probe: bool = True
+    model: Any, *, max_retries: int | None = None, backoff_s: float | None = None, probe: bool = True,
+    route_salt: int | str | None = None,
 ) -> Any:
-    """The task model's ChatClient for a ``ModelSpec``; a ``JobError`` when it cannot be used."""
+    """The task model's ChatClient for a ``ModelSpec``; a ``JobError`` when it cannot be used.
+    ``route_salt`` (the job id) seeds where the client's endpoint rotation starts."""
     from lcb.errors import LcbError
     from optimizers.protocol.job.errors import JobError
     from topologies.models import MODEL_ALIASES, make_client, resolve_model
@@ -229,7 +231,7 @@ def task_client(
         raise JobError(f"model {name!r} resolves to {config.id!r}, but the job is configured for {model.id!r}")
     if probe:
         probe_endpoints(config.endpoints, api_key=config.api_key)
-    return make_client(config)
+    return make_client(config, route_salt=route_salt)
 
 
 def reflection_client(model: Any, *, probe: bool = True) -> Any:

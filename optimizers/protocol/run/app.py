@@ -459,7 +459,9 @@ def run_task(cfg: Any) -> dict[str, Any]:
     status = "failed"
     try:
         _write_config(cfg, job.out)  # a resumed job's folder exists already
-        result = run_job(job, JobRuntime(tracker=tracker, standing=standing))
+        from optimizers.protocol.run.endpoint_pool import hydra_job_num
+
+        result = run_job(job, JobRuntime(tracker=tracker, standing=standing, route_salt=hydra_job_num()))
         status = "completed"
     except JobError as exc:
         return _refuse(str(exc), multirun, label)
