@@ -11,6 +11,10 @@ Process tree (all single-threaded, so forking is safe)::
     harness (threads) --spawn--> fork server --fork--> job zygote --fork--> test process
                                                      (one per program)      (one per test)
 
+The zygote is init of a PID namespace of its own: as root the fork server prepares it (and a
+network namespace from its pool) before the fork; otherwise the zygote's first process creates
+it inside a user namespace and stays behind as its warden (between server and zygote).
+
 What each process knows: the server only job paths; the zygote the program, its limits and its
 folder (the job file holds nothing else); a test process additionally its own test's input,
 which the harness puts in an anonymous memory file and hands over as a descriptor with the "run"
@@ -20,9 +24,10 @@ encoded return value) after it has exited.
 
 The zygote sets the rlimits, enters its namespaces and drops its privileges (lcb/_isolate.py),
 confines writes and reads with Landlock, installs the seccomp filter (lcb/_seccomp.py),
-compiles the program once and prepares its module, then forks one test process per
-"run INDEX" command. A test process scopes its signals (a Landlock domain of its own), applies
-the reliability guard and runs. The zygote enforces the wall-clock backstop,
+compiles the program once, applies the reliability guard (keeping for itself the calls the
+guard disables) and prepares its module, then forks one test process per "run INDEX" command.
+A test process scopes its signals (a Landlock domain of its own), blocks the guard's modules and
+runs. The zygote enforces the wall-clock backstop,
 kills the test's process group, measures its CPU time, and as a child subreaper kills any
 descendant that tried to escape. It reports facts ("ran": how it ended, CPU and wall time, what
 the process said about itself); the verdict is the harness's.
@@ -783,12 +788,14 @@ def run_job(job: dict, commands_fd: int, emit: _Emitter, layers: list[str], cloc
     emit("ready", wrapped=wrapped, **({"setup_s": clock.laps, "setup_cpu_s": clock.cpu_laps, "setup_began": clock.began} if job["timings"] else {}))
     commands = socket.socket(fileno=commands_fd)
     for command, fds in _commands(commands):
-        name, _, argument = command.partition(" ")
+        name, argument, *flags = command.split(" ") + [""]
         if name == "run" and argument.isdigit() and len(fds) == 1:
             report = run_test(job, code, int(argument), fds[0], commands)
             if report["state"] == "stopped":
                 break
             emit("ran", **report)
+            if "last" in flags:  # the harness has no more tests for us: end without waiting
+                break
         else:
             for fd in fds:
                 os.close(fd)
@@ -827,7 +834,7 @@ def _host_pid() -> int:
 def _zygote_main(job_path: str, result_fd: int, commands_fd: int) -> None:
     emit = _Emitter(result_fd)
     try:
-        emit("started", pid=os.getpid(), landlock=_LANDLOCK_ABI)
+        emit("started", pid=_host_pid(), landlock=_LANDLOCK_ABI)  # as the harness sees it
         clock = _Clock()
         with open(job_path, encoding="utf-8") as fh:
             job = json.load(fh)
@@ -880,7 +887,13 @@ def serve(sock_fd: int) -> None:
             job_path, _, wants = message.decode().partition("\n")
             _reap(zygotes, namespaces)  # first: a network namespace may have come free
             net = namespaces.before_fork() if wants == "namespaces" else None
-            pid = os.fork()
+            try:
+                pid = os.fork()
+            except OSError:
+                if net is not None:  # back to our own PID namespace for whatever forks next
+                    namespaces.after_fork(-1, net)
+                    namespaces.reaped(-1)
+                raise
             if pid == 0:
                 sock.close()
                 os.setsid()

@@ -433,16 +433,17 @@ class _EventStream:
 _AHEAD = 2  # tests queued at the zygote, so it starts the next one while we judge the last
 
 
-def _send_test(commands: socket.socket, index: int, text: str) -> None:
+def _send_test(commands: socket.socket, index: int, text: str, last: bool = False) -> None:
     """Queue one test: its input in an anonymous memory file, handed over as a descriptor.
-    Only the test process reads it; it is in no folder another program could look into."""
+    Only the test process reads it; it is in no folder another program could look into.
+    ``last``: the zygote may end after it without waiting for us to hang up (one hand-off less)."""
     fd = os.memfd_create(f"lcb-input-{index}", os.MFD_CLOEXEC)
     try:
         data = memoryview(text.encode("utf-8"))
         while data:
             data = data[os.write(fd, data):]
         os.lseek(fd, 0, os.SEEK_SET)
-        socket.send_fds(commands, [f"run {index}".encode()], [fd])
+        socket.send_fds(commands, [f"run {index}{' last' if last else ''}".encode()], [fd])
     finally:
         os.close(fd)
 
@@ -455,7 +456,7 @@ def _drive(job: SandboxJob, folder: str, stream: _EventStream, commands: socket.
     try:
         sent = 0
         while sent < min(_AHEAD, len(job.tests)):  # queued before the zygote is even ready
-            _send_test(commands, sent, job.tests[sent][0])
+            _send_test(commands, sent, job.tests[sent][0], sent == len(job.tests) - 1)
             sent += 1
         while (event := stream.next_event()) is not None and event.get("event") != "ready":
             if event.get("event") in ("compile_error", "done", "error"):
@@ -478,7 +479,7 @@ def _drive(job: SandboxJob, folder: str, stream: _EventStream, commands: socket.
             if verdicts[-1].get("outcome") in judge.STOPPING:
                 break
             if sent < len(job.tests):
-                _send_test(commands, sent, job.tests[sent][0])
+                _send_test(commands, sent, job.tests[sent][0], sent == len(job.tests) - 1)
                 sent += 1
     except OSError:
         return verdicts  # the zygote is gone (its events say why)

@@ -133,3 +133,21 @@ def test_copied_prelude_binds_exactly_what_running_it_after_the_guard_binds(tmp_
     )
     done = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and done.stdout.startswith("same"), done.stderr[-2000:]
+
+
+def test_landlock_abi_cap_reads_the_environment_and_refuses_nonsense(monkeypatch):
+    monkeypatch.delenv(sandbox.LANDLOCK_ABI_ENV, raising=False)
+    assert sandbox.landlock_abi_cap() is None
+    monkeypatch.setenv(sandbox.LANDLOCK_ABI_ENV, "5")
+    assert sandbox.landlock_abi_cap() == 5
+    assert SandboxJob("exec", "pass", (("", ""),)).to_wire("/x")["landlock_abi_cap"] == 5
+    for bad in ("five", "-1"):
+        monkeypatch.setenv(sandbox.LANDLOCK_ABI_ENV, bad)
+        with pytest.raises(LcbError, match=sandbox.LANDLOCK_ABI_ENV):
+            sandbox.landlock_abi_cap()
+
+
+def test_job_folders_go_in_memory_only_where_a_roomy_tmpfs_is(tmp_path):
+    assert not sandbox._is_roomy_tmpfs(str(tmp_path / "missing"))
+    root = sandbox.job_root()
+    assert root is None or sandbox._is_roomy_tmpfs(root)
