@@ -20,11 +20,13 @@ from optimizers.journal import read_jsonl, read_sealed
 from optimizers.protocol.job.engine import Job, run_job
 from optimizers.protocol.job.lcb_system import base_team_spec, seed_candidate
 from optimizers.reflection import ReflectionModel, extract_fenced, extract_json
-from optimizers.registry import MethodUnavailable, available_methods, get_optimizer_class
+from optimizers.registry import BUILTIN_METHODS, MethodUnavailable, get_optimizer_class
 from job_support import without_keys
 from scripted_world import fast_runtime, run_and_kill, start_world, world_job_config
 
-METHODS = available_methods()
+# The product's methods: not the toy methods other test modules register in the same process
+# (tests/gym registers a few), whose order of import depends on how pytest shares the files out.
+METHODS = sorted(BUILTIN_METHODS)
 BUDGET = 20
 VOLATILE = {"sha256", "elapsed_seconds", "time", "latency_s", "code_version", "optimization_id", "selection_id",
             "optimization_sha256"}
