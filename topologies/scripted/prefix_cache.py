@@ -104,13 +104,7 @@ class PrefixCache:
             if key not in self._blocks:
                 break
             cached_blocks += 1
-        for key in keys:
-            if key in self._blocks:
-                self._blocks.move_to_end(key)
-            else:
-                self._blocks[key] = None
-        while len(self._blocks) > self.model.capacity_blocks:
-            self._blocks.popitem(last=False)
+        self._touch(keys)
         prompt = _tokens(len(text))
         cached = min(prompt, cached_blocks * size // CHARS_PER_TOKEN)
         self.requests += 1
@@ -121,7 +115,11 @@ class PrefixCache:
 
     def insert(self, text: str) -> None:
         """Cache ``text``'s full blocks without counting a request (a generated reply's KV)."""
-        for key in _chained_keys(text, self.model.block_chars):
+        self._touch(_chained_keys(text, self.model.block_chars))
+
+    def _touch(self, keys: Sequence[int]) -> None:
+        """Mark ``keys`` most recently used (adding the missing ones), then evict the least recent."""
+        for key in keys:
             if key in self._blocks:
                 self._blocks.move_to_end(key)
             else:

@@ -29,8 +29,9 @@ format, and both suffixes in that order for an off-grid combination.
 
 from __future__ import annotations
 
+import itertools
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields
 from functools import lru_cache
 from pathlib import Path
@@ -378,3 +379,16 @@ def conformance(cfg: JobConfig) -> Conformance:
                          if defaults.get(k) != cfg.method_params.get(k))
         reasons.append(f"method knobs changed from conf/method/{cfg.method}.yaml: {', '.join(changed)}")
     return Conformance(in_grid, not reasons, tables, tuple(reasons))
+
+
+def jobs_of_sweep(params: Mapping[str, Sequence[str]]) -> Iterator[tuple[str, Condition, int]]:
+    """The (method, condition, seed) jobs a cartesian sweep's parameters launch (each value list as
+    Hydra's basic sweeper reads it; method, topology and seed must be swept)."""
+    keys = list(params)
+    for values in itertools.product(*(params[k] for k in keys)):
+        choice = dict(zip(keys, values, strict=True))
+        topology = choice["topology"]
+        size = int(choice.get("topology.team_size", default_team_size(topology)))
+        condition = Condition(topology, size, choice.get("communication", DEFAULT_COMMUNICATION),
+                              choice.get("model", "qwen"))
+        yield choice["method"], condition, int(choice["seed"])

@@ -180,17 +180,7 @@ def sweep_params(path: Path) -> dict[str, list[str]]:
 
 def sweep_jobs(path: Path) -> Iterator[tuple[str, cells.Condition, int]]:
     """The (method, condition, seed) jobs one experiment file's cartesian sweep launches."""
-    import itertools
-
-    params = sweep_params(path)
-    keys = list(params)
-    for values in itertools.product(*(params[k] for k in keys)):
-        choice = dict(zip(keys, values))
-        topology = choice["topology"]
-        size = int(choice.get("topology.team_size", cells.default_team_size(topology)))
-        condition = cells.Condition(topology, size, choice.get("communication", cells.DEFAULT_COMMUNICATION),
-                                    choice.get("model", "qwen"))
-        yield choice["method"], condition, int(choice["seed"])
+    return cells.jobs_of_sweep(sweep_params(path))
 
 
 def sweep_choices(path: Path) -> Iterator[dict[str, str]]:

@@ -85,21 +85,10 @@ def _model_cutoff(alias: str) -> str | None:
 
 
 def _sweep_jobs(name: str, params: Mapping[str, Sequence[str]]) -> tuple[planning.PlannedJob, ...]:
-    import itertools
-
     missing = [k for k in ("method", "topology", "seed") if k not in params]
     if missing:
         raise PlanError(f"experiment {name}: its sweep does not set {', '.join(missing)} (not a grid sweep)")
-    keys = list(params)
-    jobs = []
-    for values in itertools.product(*(params[k] for k in keys)):
-        choice = dict(zip(keys, values))
-        topology = choice["topology"]
-        size = int(choice.get("topology.team_size", cells.default_team_size(topology)))
-        condition = cells.Condition(topology, size, choice.get("communication", cells.DEFAULT_COMMUNICATION),
-                                    choice.get("model", "qwen"))
-        jobs.append(planning.PlannedJob(choice["method"], condition, int(choice["seed"])))
-    return tuple(jobs)
+    return tuple(planning.PlannedJob(*job) for job in cells.jobs_of_sweep(params))
 
 
 def load_sweep(name: str, overrides: Mapping[str, Any]) -> planning.Sweep:
