@@ -198,6 +198,14 @@ def _save(figure: Any, path: Path) -> None:
     tmp.replace(path)
 
 
+def _save_with_legend(figure: Any, axes: Sequence[Any], path: Path) -> None:
+    """One legend under the panels (the first panel's methods) for a figure of per-kind panels."""
+    handles, labels = axes[0].get_legend_handles_labels()
+    figure.legend(handles, labels, loc="lower center", ncol=min(len(labels), 7), frameon=False, fontsize=8)
+    figure.tight_layout(rect=(0, 0.08, 1, 1))
+    _save(figure, path)
+
+
 def _colors(methods: Sequence[str]) -> dict[str, Any]:
     cmap = _pyplot().get_cmap("tab20")
     return {m: cmap(i % 20) for i, m in enumerate(sorted(methods))}
@@ -241,10 +249,7 @@ def plot_regret(summary: Mapping[str, Any], path: Path) -> None:
         ax.set_title(kind)
         ax.set_xlabel("rollout budget")
         ax.set_ylabel("mean regret over instances")
-    handles, labels = axes[0].get_legend_handles_labels()
-    figure.legend(handles, labels, loc="lower center", ncol=min(len(labels), 7), frameon=False, fontsize=8)
-    figure.tight_layout(rect=(0, 0.08, 1, 1))
-    _save(figure, path)
+    _save_with_legend(figure, axes, path)
 
 
 def plot_cd(summary: Mapping[str, Any], path: Path) -> None:
@@ -310,10 +315,7 @@ def plot_ecdf(results: Sequence[Mapping[str, Any]], budget: int, path: Path) -> 
         ax.set_xlabel("normalised regret (share of the optimum lost)")
         ax.set_ylabel("share of instances at or below")
         ax.set_xlim(left=-0.01)
-    handles, labels = axes[0].get_legend_handles_labels()
-    figure.legend(handles, labels, loc="lower center", ncol=min(len(labels), 7), frameon=False, fontsize=8)
-    figure.tight_layout(rect=(0, 0.08, 1, 1))
-    _save(figure, path)
+    _save_with_legend(figure, axes, path)
 
 
 def plot_anytime(results: Sequence[Mapping[str, Any]], budget: int, path: Path) -> None:
@@ -335,7 +337,4 @@ def plot_anytime(results: Sequence[Mapping[str, Any]], budget: int, path: Path) 
         ax.set_title(f"{kind}, B={budget}")
         ax.set_xlabel("charged rollouts")
         ax.set_ylabel("mean normalised regret of the incumbent")
-    handles, labels = axes[0].get_legend_handles_labels()
-    figure.legend(handles, labels, loc="lower center", ncol=min(len(labels), 7), frameon=False, fontsize=8)
-    figure.tight_layout(rect=(0, 0.08, 1, 1))
-    _save(figure, path)
+    _save_with_legend(figure, axes, path)
