@@ -157,3 +157,40 @@ def test_the_corner_command_counts_exact_cells(tmp_path: Path) -> None:
     regret = {w: {m: {"150": [r["regret"]] * 3 for r in results if r["method"] == m} for m in jobs[w]} for w in jobs}
     rows = compare(results, {"regret": regret, "jobs": jobs}, resamples=20)
     assert counts(rows) == {"cells": 2, "within_ci": 2, "exact": 1, "jobs": 2, "exact_jobs": 1}
+
+
+def test_the_legacy_probe_reads_the_optimum_without_noise() -> None:
+    from optimizers.gym.models import shows_correct_program
+    from optimizers.gym.slots import GymProblems
+    from optimizers.gym.system import GymSystem, seed_candidate
+    from optimizers.gym.worlds import make_world
+
+    world = make_world("legacy_credit", {"legacy_probe": "1"})
+    seed, spec, roster = seed_candidate(world)
+    system = GymSystem(world, spec, roster)
+    statement = GymProblems()[world.problems[0]].statement
+    facts = [world.text(f.concept) for f in world.facts]
+    lacks = [world.lex.concept(f.concept).lack[0] for f in world.facts]
+    bare = {system.probe(seed.components, "Be brief.", statement, s) for s in range(30)}
+    (answer,) = bare  # the same answer whatever the seed: no draw
+    assert all(line in answer for line in lacks) and not shows_correct_program(answer)
+    full = system.probe(seed.components, " ".join(facts), statement, 3)
+    assert shows_correct_program(full) and not any(line in full for line in lacks)
+    harmful = system.probe(seed.components, " ".join([*facts, world.text(world.distractors[0].concept)]), statement, 3)
+    assert world.lex.concept(world.distractors[0].concept).excess[0] in harmful and not shows_correct_program(harmful)
+    # Positive control: without the knob the probe is a stochastic rollout (answers vary with the seed).
+    plain = GymSystem(make_world("legacy_credit"), spec, roster)
+    assert len({plain.probe(seed.components, "Be brief.", statement, s) for s in range(30)}) > 1
+
+
+def test_the_legacy_reading_lists_what_it_reads_in_vocabulary_order() -> None:
+    from optimizers.gym.models import proposal
+    from optimizers.gym.worlds import make_world
+
+    world = make_world("legacy_credit", {"legacy_reading": "1"})
+    first, second = (world.text(f.concept) for f in world.facts)
+    text = f"{second}\n{first}"  # the second fact written first
+    ordered = {proposal(world.lex, world.channel, text, "s", i) for i in range(40)}
+    assert all(p.startswith(f"{first} {second}") for p in ordered)
+    appearance = make_world("legacy_credit").channel  # positive control: order of appearance
+    assert all(proposal(world.lex, appearance, text, "s", i).startswith(f"{second} {first}") for i in range(40))
