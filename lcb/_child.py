@@ -68,6 +68,20 @@ import _seccomp  # noqa: E402
 from _prelude import PRELUDE_MODULES, PRELUDE_SOURCE  # noqa: E402
 
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
+
+
+def _single_threaded_after_fork() -> None:
+    """threading's after-fork hook, for a child of a single-threaded process: nothing to redo."""
+
+
+# Every process here forks while it is single-threaded (the server, each zygote; a test process
+# cannot fork: the guard removes os.fork). threading's after-fork hook rebuilds its thread table
+# and locks for the child of a multi-threaded parent; for ours they are already right (the same
+# thread, the same ident, no lock held), and running it writes to ~120 memory pages, each a
+# copy-on-write fault in the child: ~0.3 ms of CPU per fork, i.e. per test. os.register_at_fork
+# cannot unregister it, so its body is emptied (tests/lcb/test_sandbox.py: threads still work in
+# a test process).
+threading._after_fork.__code__ = _single_threaded_after_fork.__code__
 for _name in ("_isolate", "_landlock", "_returns", "_script", "_seccomp", "_prelude"):
     del sys.modules[_name]  # model code must not find them by name
 
@@ -218,23 +232,26 @@ def _enter_test_process(job: dict, status_w: int, stdin: int, stdout: str, stder
     """Runs first in every forked test process: own group, stdio, limits, confinement.
     ``stdin``: the descriptor of this test's input (a memfd the harness filled)."""
     _os_setpgid(0, 0)
-    _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if job["zygote_pid"] != 1:  # init of our PID namespace: its end kills us without being asked
+        _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     if os.getppid() != job["zygote_pid"]:  # the zygote died between fork and prctl
         os._exit(137)
+    # A domain of its own (the zygote made the ruleset once): no signals to the zygote or others.
+    # First, while the ruleset's descriptor is where the zygote left it (the dup2s below may reuse its number).
+    if job["scope_ruleset"] is not None and not _landlock.enforce(job["scope_ruleset"]):
+        os._exit(125)  # confinement was promised for this job: never run unconfined
     os.dup2(stdin, 0)
     for target, path in ((1, stdout), (2, stderr)):
         fd = _real_os_open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         os.dup2(fd, target)
         os.close(fd)
     os.dup2(status_w, _STATUS_FD)
-    os.closerange(_STATUS_FD + 1, 1 << 20)  # the zygote's channels, the job file: gone
+    os.closerange(_STATUS_FD + 1, 1 << 20)  # the zygote's channels, the job file, the ruleset: gone
     cpu = math.ceil(job["cpu_limit_s"] * 1.5) + 1  # a backstop: the zygote watches the CPU clock
     _lower_rlimit(resource.RLIMIT_CPU, cpu)
     _lower_rlimit(resource.RLIMIT_FSIZE, job["output_limit_bytes"])
     if job["nproc_limit"]:  # RLIMIT_NPROC counts per user and is not enforced for root
         _lower_rlimit(resource.RLIMIT_NPROC, job["nproc_limit"])
-    if job["scope_tests"] and not _landlock.scope_self(job["landlock_abi"]):
-        os._exit(125)  # confinement was promised for this job: never run unconfined
 
 
 def _stamp(stamps: list[float] | None, report: bool = False) -> None:
@@ -472,6 +489,8 @@ def _kill_namespace() -> None:
     while True:
         try:
             _os_kill(-1, signal.SIGKILL)
+        except ProcessLookupError:
+            return  # nothing else in the namespace, not even a zombie to reap (the usual case)
         except OSError:
             pass
         try:
@@ -509,15 +528,17 @@ class _Watched:
         """'exit', 'timeout' (wall clock), 'cpu' (CPU time over ``cpu_limit``) or 'stopped'
         (the harness hung up: it needs no more results). Does not reap, so the pid stays ours
         to kill. The CPU clock is polled: RLIMIT_CPU alone fires early on some (virtualized)
-        kernels, before the process's own CPU clock reaches the limit."""
-        clock = _cpu_clock(self.pid) if cpu_limit is not None else None
-        watch_hangup = commands is not None
+        kernels, before the process's own CPU clock reaches the limit. The first round waits
+        for the exit alone: most tests end within it, and the less the zygote does while its
+        test process shares its memory, the fewer pages either of them copies."""
+        clock = None
+        watch_hangup = False
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return "timeout"
             step = remaining if self.pidfd is not None else min(remaining, 0.002)
-            if clock is not None:
+            if cpu_limit is not None:
                 step = min(step, _CPU_POLL_S)
             fds = ([self.pidfd] if self.pidfd is not None else []) + ([commands] if watch_hangup else [])
             ready, _, _ = select.select(fds, [], [], step)
@@ -529,19 +550,22 @@ class _Watched:
                     pass
                 except OSError:
                     return "stopped"
-                watch_hangup = False  # a queued command, not a hangup: stop watching this round
+                commands = None  # a queued command, not a hangup: stop watching for this test
+            watch_hangup = commands is not None
             if self.pidfd is not None:
                 if self.pidfd in ready:
                     return "exit"
             elif os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
                 return "exit"
-            if clock is not None:
+            if cpu_limit is not None:
+                if clock is None:  # asked only now: a ctypes call the many short tests never need
+                    clock = _cpu_clock(self.pid)
+                    clock = False if clock is None else clock
                 try:
-                    if time.clock_gettime(clock) > cpu_limit:
+                    if clock is not False and time.clock_gettime(clock) > cpu_limit:
                         return "cpu"
                 except OSError:
-                    clock = None  # it is exiting; the next round sees it
-
+                    clock = False  # it is exiting; the next round sees it
 
     def finish(self, kill: bool) -> tuple[int, resource.struct_rusage]:
         """Kill the test process group (always: it may have left children), reap, clean up."""
@@ -761,12 +785,15 @@ def run_job(job: dict, commands_fd: int, emit: _Emitter, layers: list[str], cloc
     if os.getpid() != 1:  # init of a PID namespace finds its descendants without /proc
         _CHILDREN_FD[:] = [os.open("/proc/thread-self/children", os.O_RDONLY | os.O_CLOEXEC)]
     # Once per program: writes, TCP, then reads and scopes in a nested domain. Each test process
-    # adds only a scope-only domain of its own (cheap: no paths), so it cannot signal the zygote.
+    # adds only a scope-only domain of its own, so it cannot signal the zygote: the ruleset is
+    # made here once, a test process only enforces it (one system call).
     cap = job.get("landlock_abi_cap")  # LCB_SANDBOX_LANDLOCK_ABI: run as on an older kernel
     abi = job["landlock_abi"] = _LANDLOCK_ABI if cap is None else min(_LANDLOCK_ABI, int(cap))
     confined = bool(job["landlock"]) and _landlock.confine_writes(folder, abi) \
         and _landlock.confine_reads(*readable_paths(folder), abi)
-    job["scope_tests"] = confined and abi >= _landlock.SCOPE_ABI
+    job["scope_ruleset"] = _landlock.scope_ruleset(abi) if confined else None
+    if confined and abi >= _landlock.SCOPE_ABI and job["scope_ruleset"] is None:
+        raise OSError("cannot make the test processes' scope-only Landlock ruleset")
     if confined:
         layers.append(f"landlock-{abi}")
     clock.lap("landlock")

@@ -94,6 +94,26 @@ def test_backstop_kills_a_zygote_that_stopped_reporting(monkeypatch):
     assert not left, [open(f"/proc/{p}/stat").read() for p in left]
 
 
+def test_threads_work_in_a_test_process():
+    # The fork server and the zygotes fork single-threaded and skip threading's after-fork hook
+    # (lcb/_child.py): a program's threads, the main thread's identity and the join of a
+    # non-daemon thread at exit must still be as under `python main.py`, on every test.
+    code = ("import threading, time\n"
+            "from concurrent.futures import ThreadPoolExecutor\n"
+            "assert threading.current_thread() is threading.main_thread()\n"
+            "assert threading.main_thread().ident == threading.get_ident()\n"
+            "assert threading.active_count() == 1, threading.enumerate()\n"
+            "with ThreadPoolExecutor(4) as pool:\n"
+            "    total = sum(pool.map(lambda x: x * x, range(int(input()))))\n"
+            "def late():\n"
+            "    time.sleep(0.05)\n"
+            "    print('late', flush=True)\n"
+            "threading.Thread(target=late).start()\n"
+            "print(total, flush=True)\n")
+    run = run_in_sandbox(SandboxJob("stdin", code, (("10\n", "285\nlate"), ("3\n", "5\nlate"), ("4\n", "14\nlate"))))
+    assert [e["outcome"] for e in run.of_kind("test")] == ["passed"] * 3
+
+
 def test_comparator_matches_official_rules():
     assert compare.outputs_match("1.50 2\n", "1.5 2")
     assert not compare.outputs_match("0.333", "0.3333")
