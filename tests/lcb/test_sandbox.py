@@ -126,10 +126,12 @@ def test_comparator_matches_official_rules():
     assert "output lines" in compare.first_mismatch("1", "1\n2")
 
 
-def test_copied_prelude_binds_exactly_what_running_it_after_the_guard_binds(tmp_path):
+@pytest.mark.parametrize("filled_by_server", [False, True])
+def test_copied_prelude_binds_exactly_what_running_it_after_the_guard_binds(tmp_path, filled_by_server):
     """Test processes inherit the program's module with the prelude's bindings (made once per
-    program) instead of running the prelude: after the guard it must hold, name for name, in the
-    same order and object for object, what running the prelude then gives."""
+    program, or filled ahead by the fork server) instead of running the prelude: after the guard
+    it must hold, name for name, in the same order and object for object, what running the
+    prelude then gives."""
     import subprocess
     import sys
     from pathlib import Path
@@ -140,6 +142,8 @@ def test_copied_prelude_binds_exactly_what_running_it_after_the_guard_binds(tmp_
         f"sys.argv = [{str(child)!r}]\n"
         f"child = runpy.run_path({str(child)!r}, run_name='lcb_child')\n"
         "job = {'mode': 'stdin', 'main_path': '/x/main.py', 'prelude': True}\n"
+        + ("child['_FILLED'].append(child['_filled_module']())  # as the server does before the fork\n"
+           if filled_by_server else "") +
         f"child['reliability_guard']({str(tmp_path)!r})  # in the zygote, once per program\n"
         "job['module'] = child['program_module'](job)\n"
         "ran, copied = {}, dict(child['_enter_module'](job))\n"
@@ -149,6 +153,7 @@ def test_copied_prelude_binds_exactly_what_running_it_after_the_guard_binds(tmp_
         "assert list(ran) == list(copied), ran.keys() ^ copied.keys()\n"
         "assert all(ran[k] is copied[k] for k in ran), [k for k in ran if ran[k] is not copied[k]]\n"
         "assert copied['open'] is not child['_real_os_open']\n"
+        "assert not child['_FILLED']  # the filled module was the one used\n"
         "print('same', len(ran))\n"
     )
     done = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=60)
