@@ -322,9 +322,10 @@ def _new_module(name: str, prelude: bool) -> types.ModuleType:
 
 # Filling a module with the prelude's 600 bindings takes a reference to each of their objects, so
 # it writes to ~270 memory pages, which a zygote shares with the fork server: ~270 copy-on-write
-# faults, ~0.5 ms per program. The server fills them 64 at a time instead (each page written once
+# faults, ~0.5 ms per program. The server fills them 16 at a time instead (each page written once
 # per batch) and hands one to each zygote it forks; the spent ones go together at the next refill.
-_POOL_SIZE = 64
+# (More at a time would save little and make every fork copy more page-table entries.)
+_POOL_SIZE = 16
 _pool_ready: list[types.ModuleType] = []
 _pool_spent: list[types.ModuleType] = []
 _FILLED: list[types.ModuleType] = []  # in a zygote: the module the server filled for it
@@ -1013,15 +1014,19 @@ def serve(sock_fd: int) -> None:
 
 
 def _reap(zygotes: dict[int, str], namespaces: _isolate.ZygoteNamespaces) -> None:
+    reaped = False
     try:
         while True:
             pid, _status = os.waitpid(-1, os.WNOHANG)
             if pid == 0:
                 break
+            reaped = True
             zygotes.pop(pid, None)
             namespaces.reaped(pid)  # init of its PID namespace: everything of that program is gone
     except ChildProcessError:
         return
+    if not reaped:
+        return  # orphans come to us only when a zygote ends, before we can reap it
     # Children that are not zygotes are orphans of a dead zygote's tests: kill them.
     for pid in _children():
         if pid not in zygotes:
