@@ -50,10 +50,12 @@ and binds the interpreter's folders back, so the unprivileged uid can run it; wh
 fails, programs keep uid 0 (still without capabilities) and the layers say so.
 
 Speed: one long-lived fork server per harness process has the interpreter started, the
-prelude modules imported and the AST classes built; each program costs a fork (its zygote sets
-up namespaces, identity, Landlock and seccomp once, imports numpy if the program mentions it,
-compiles the program and prepares its module with the prelude's names), each test another fork
-that only adds its scope-only Landlock domain, the guard, and runs.
+prelude modules imported and the AST classes built, and fills program modules with the prelude's
+names ahead (16 at a time); each program costs a fork (its zygote sets up namespaces, identity,
+Landlock and seccomp once, imports numpy if the program mentions it, compiles the program and
+takes a filled module), each test another fork that only enforces the scope-only Landlock ruleset
+its zygote made, the guard's last step, and runs. A program's zygote and tests keep to one CPU
+(``_CpuPlan``), so a forked test runs where its zygote waits for it.
 """
 
 from __future__ import annotations
@@ -237,7 +239,7 @@ class _CpuPlan:
     idlest, which is seldom the one where its zygote is about to go to sleep waiting for it, so
     it waits for another program's work there while this CPU idles; kept to the zygote's CPU, it
     runs the moment the zygote sleeps, and wakes it there. Measured on the 2-core machine with two
-    workers: 12-18 % less wall time, a little less CPU time. Programs graded at the same time get
+    workers: 10-16 % less wall time, a little less CPU time. Programs graded at the same time get
     different CPUs while there are enough; with one CPU allowed there is nothing to choose."""
 
     def __init__(self) -> None:
