@@ -220,9 +220,14 @@ def proposal(lexicon: Lexicon, channel: Channel, request_text: str, salt: str, *
         forms = lexicon.concept(key).forms
         return forms[int(u("form") * len(forms))] if channel.paraphrase else forms[0]
 
-    kept = list(dict.fromkeys(sentence for _, sentence in lexicon.instructions_in(request_text)))
-    signals = lexicon.symptoms_in(request_text)
     vocabulary = channel.blind or lexicon.keys
+    instructions = lexicon.instructions_in(request_text)
+    signals = lexicon.symptoms_in(request_text)
+    if channel.legacy_reading:  # the first gym's reading: in vocabulary order (a stable sort)
+        rank = {key: index for index, key in enumerate(vocabulary)}
+        instructions = sorted(instructions, key=lambda item: rank.get(item[0], len(rank)))
+        signals = sorted(signals, key=lambda item: rank.get(item[0], len(rank)))
+    kept = list(dict.fromkeys(sentence for _, sentence in instructions))
     extra: str | None = None
     if signals and u("fix") < channel.fix_rate:
         key, direction = signals[int(u("target") * len(signals))]

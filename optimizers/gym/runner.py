@@ -9,7 +9,9 @@ result exists for the same method version and world table, and starts unfinished
 Common random numbers: the request seed of a rollout is drawn from (world, phase, problem,
 sample) only, never from the method, the budget or the candidate, so every method and budget
 sees the same draws on an instance (the outcome still depends on the configuration, see
-``world``).
+``world``). A world with ``legacy_draws`` (the first gym's corner) keys the request seed as the
+first gym did instead: on the job (its world name without ``legacy_`` and instance, row, budget,
+seed) and the candidate, so no two methods share draws.
 
 Rows: a row is a registered method at its defaults, or a *budget-scaled variant* (``gepa_scaled``,
 ``mipro_scaled``, ``tavo_scaled``): the method with its schedule knobs scaled with the budget
@@ -35,7 +37,7 @@ from optimizers.evaluator import BudgetedEvaluator
 from optimizers.gym.models import GymModel
 from optimizers.gym.system import TASK_MODEL_ID, GymSystem, seed_candidate
 from optimizers.gym.world import Configuration, World, unit_draw
-from optimizers.gym.worlds import make_world
+from optimizers.gym.worlds import LEGACY, make_world
 from optimizers.journal import read_json, short_hash, write_json_atomic
 from optimizers.registry import get_optimizer_class
 
@@ -112,7 +114,9 @@ def canonical(value: Any) -> Any:
     import dataclasses
 
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: canonical(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        # Fields marked OMIT_DEFAULT count only when set, so adding one keeps old digests.
+        return {f.name: canonical(getattr(value, f.name)) for f in dataclasses.fields(value)
+                if not (f.metadata.get("omit_default") and getattr(value, f.name) == f.default)}
     if isinstance(value, (frozenset, set)):
         return sorted(canonical(v) for v in value)
     if isinstance(value, Mapping):
@@ -135,9 +139,20 @@ def method_version(row: str) -> str:
 
 
 def split(world: World) -> tuple[list[str], list[str]]:
-    order = sorted(world.problems, key=lambda p: unit_draw(world.name, "split", p))
+    order = sorted(world.problems, key=lambda p: unit_draw(world.draw_name, "split", p))
     cut = max(3, 3 * round(TRAIN_SHARE * len(order) / 3))
     return order[:cut], order[cut:]
+
+
+def seed_function(job: GymJob, world: World) -> Callable[[str, str, str, int], int]:
+    """The evaluator's request seed: common random numbers (world, phase, problem, sample), or
+    with ``world.legacy_draws`` the first gym's keying (see the module docstring)."""
+    if world.legacy_draws:
+        old_world = job.world.partition("@")[0].removeprefix(LEGACY)
+        key = f"{old_world}/{job.variant}/b{job.budget}/s{job.seed}"
+        return lambda phase, owner, pid, sample: int(unit_draw(key, phase, owner, pid, sample) * 2**31)
+    salt = world.draw_name
+    return lambda phase, owner, pid, sample: int(unit_draw(salt, phase, pid, sample) * 2**31)
 
 
 def config_dict(config: Configuration) -> dict[str, list[str]]:
@@ -183,11 +198,11 @@ async def optimize(job: GymJob, workdir: Path, world: World | None = None) -> di
     budget = Budget(job.budget)
     evaluator = BudgetedEvaluator(
         system, budget,
-        seed_for=lambda phase, owner, pid, sample: int(unit_draw(world.name, phase, pid, sample) * 2**31),
+        seed_for=seed_function(job, world),
         allowed_ids=world.problems, journal_dir=workdir / "optimization", concurrency=8,
         max_infrastructure_retries=0, retry_delay_s=0.0,
     )
-    model = GymModel(lexicon=world.lex, channel=world.channel, judge_noise=world.judge_noise, salt=world.name,
+    model = GymModel(lexicon=world.lex, channel=world.channel, judge_noise=world.judge_noise, salt=world.draw_name,
                      probe=lambda prompt, context, s: system.probe(seed.components, prompt, context, s),
                      model_id=TASK_MODEL_ID)
     seed_success, optimum = world.expected_success(world.seed_configuration()), world.optimal_success()

@@ -4,7 +4,8 @@ Per rollout the world draws the outcome from the request seed and the candidate'
 (as the acting agents see it), then the real team (``run_team`` via the LCB team system) runs on a
 ``RolloutModel`` that answers every turn with that outcome's program and the roles' symptoms.
 ``probe`` is the same environment answering one agent's probe (MAPRO): a rollout of the seed team
-with the probed prompt in place, whose outcome and symptoms are drawn the same way.
+with the probed prompt in place, whose outcome and symptoms are drawn the same way (with the
+world's ``legacy_probe``: the first gym's noise-free read of the optimum instead).
 
 Grading is scripted for speed (the one shortcut of the gym): the submission passes iff it is the
 problem's reference program; the verdict has the real grader's shape and feedback wording (counts
@@ -100,6 +101,10 @@ class GymSystem:
                  or k.partition("/")[2] in role_prompt]
         replaced = named or [self.world.main]
         problem_id = problem_in(context)
+        if self.world.legacy_probe:  # the first gym's probe: read from the optimum, no rollout
+            lines, correct = self.world.probe_from_optimum(role_prompt)
+            answer = program(problem_id, correct) if problem_id else "I would start by restating the task."
+            return "\n".join([*lines, answer])
         if problem_id is None:
             return "I would start by restating the task."
         components = {**seed_components, **{k: role_prompt for k in replaced}}

@@ -33,6 +33,16 @@ The model (everything a method can ever observe comes out of it, nothing else):
   ``decoy_rate`` (half the time of a harmful concept of this world, else of a random concept of
   the lexicon). With ``paraphrase`` the sentence is one of the concept's symptom forms, else its
   first. Symptoms never contain an instruction form.
+- **The first gym's corner** (``legacy_*`` worlds with the corner knobs; all off by default, and
+  then left out of the world's digest, so default worlds and their results are unchanged):
+  ``salt`` names the draws after the first gym's world (``credit-sequential``, not
+  ``legacy_credit-sequential``: split, outcomes, symptoms, judge and reflector draws);
+  ``legacy_draws`` keys them as the first gym did (the outcome from the request seed and the
+  problem only, not the configuration; a symptom's draw with the seed before the fact; one draw
+  per distractor for every component that carries it; the runner then derives the request seed
+  from the job and the candidate, so there are no common random numbers); ``legacy_probe``
+  answers MAPRO's probes noise-free from the optimum, as the first gym did, instead of by a
+  stochastic rollout.
 """
 
 from __future__ import annotations
@@ -43,7 +53,7 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from optimizers.gym.draws import Channel, unit_draw
+from optimizers.gym.draws import OMIT_DEFAULT, Channel, unit_draw
 from optimizers.gym.lexicon import EXCESS, LACK, Lexicon, lexicon
 
 PROTOCOL_PREFIX = "protocol/"
@@ -113,6 +123,10 @@ class World:
     judge_noise: float = 0.1
     channel: Channel = Channel()
     description: str = ""
+    # The first gym's corner (see the module docstring).
+    salt: str = field(default="", metadata=OMIT_DEFAULT)  # the name draws are salted with; "" = name
+    legacy_draws: bool = field(default=False, metadata=OMIT_DEFAULT)
+    legacy_probe: bool = field(default=False, metadata=OMIT_DEFAULT)
 
     def __post_init__(self) -> None:
         ids = [f.id for f in self.facts] + [d.id for d in self.distractors]
@@ -142,6 +156,11 @@ class World:
                 raise ValueError(f"world {self.name}: rates must be in [0, 1]")
 
     # ---------------------------------------------------------------- lookups
+
+    @property
+    def draw_name(self) -> str:
+        """What every draw of this world is salted with."""
+        return self.salt or self.name
 
     @cached_property
     def lex(self) -> Lexicon:
@@ -204,7 +223,8 @@ class World:
     def solved(self, config: Configuration, problem_id: str, seed: int) -> bool:
         """One rollout's outcome: reproducible from the request seed, the problem and the
         configuration (two configurations draw independently)."""
-        return unit_draw(self.name, "solve", seed, problem_id, config.digest) < self.solve_probability(config, problem_id)
+        key = () if self.legacy_draws else (config.digest,)  # the first gym: the same draw for every configuration
+        return unit_draw(self.draw_name, "solve", seed, problem_id, *key) < self.solve_probability(config, problem_id)
 
     # ---------------------------------------------------------------- the optimum, two ways
 
@@ -278,12 +298,13 @@ class World:
         def say(component: str, concept: str, direction: str) -> None:
             forms = lex.concept(concept).symptoms(direction)
             if forms:
-                index = int(unit_draw(self.name, "form", seed, problem_id, concept, direction) * len(forms)) \
+                index = int(unit_draw(self.draw_name, "form", seed, problem_id, concept, direction) * len(forms)) \
                     if self.paraphrase else 0
                 out.setdefault(component, []).append(forms[index])
 
-        def shows(*parts: object, rate: float) -> bool:
-            return rate > 0 and unit_draw(self.name, *parts, seed, problem_id) < rate
+        def shows(what: str, *ids: object, rate: float) -> bool:
+            parts = (what, seed, problem_id, *ids) if self.legacy_draws else (what, *ids, seed, problem_id)
+            return rate > 0 and unit_draw(self.draw_name, *parts) < rate
 
         def salient(effect: float) -> float:
             return self.symptom_rate * (min(1.0, abs(effect) / self.salience) if self.salience > 0 else 1.0)
@@ -301,7 +322,13 @@ class World:
                 say(fact.home, fact.concept, EXCESS)
         for d in self.distractors:
             present, needed = d.id in config.distractors, d.id in optimum.distractors
-            if present and not needed:
+            if present and not needed and self.legacy_draws:
+                # The first gym: one draw per distractor, said in every component carrying it.
+                if shows("symptom", d.id, rate=salient(d.penalty)):
+                    for key, text in components.items():
+                        if lex.present(d.concept, text):
+                            say(key, d.concept, EXCESS)
+            elif present and not needed:
                 for key, text in components.items():
                     if self._acts(key, active_roles) and lex.present(d.concept, text) \
                             and shows("symptom", d.id, key, rate=salient(d.penalty)):
@@ -312,10 +339,25 @@ class World:
             harmful = self.harmful_concepts()
             for key in self.components:
                 if self._acts(key, active_roles) and shows("decoy", key, rate=self.decoy_rate):
-                    pool = harmful if harmful and unit_draw(self.name, "decoy-pool", seed, problem_id, key) < 0.5 \
+                    pool = harmful if harmful and unit_draw(self.draw_name, "decoy-pool", seed, problem_id, key) < 0.5 \
                         else lex.keys
-                    say(key, pool[int(unit_draw(self.name, "decoy-pick", seed, problem_id, key) * len(pool))], LACK)
+                    say(key, pool[int(unit_draw(self.draw_name, "decoy-pick", seed, problem_id, key) * len(pool))], LACK)
         return out
+
+    def probe_from_optimum(self, role_prompt: str) -> tuple[list[str], bool]:
+        """The first gym's probe (``legacy_probe``), noise-free: an agent under ``role_prompt``
+        says the lack symptom of every fact of the optimum the prompt misses (among the facts
+        whose role it names or that live in the protocol; all of them when it names none) and
+        the excess symptom of every distractor it carries; it solves iff it says nothing."""
+        lex, optimum = self.lex, self.optimum()
+        needed = [f for f in self.facts if f.id in optimum.facts]
+        named = [f for f in needed
+                 if f.home.partition("/")[2] in role_prompt or f.home.startswith(PROTOCOL_PREFIX)]
+        missing = [f for f in named or needed if not lex.present(f.concept, role_prompt)]
+        carried = [d for d in self.distractors if lex.present(d.concept, role_prompt)]
+        lines = [lex.concept(f.concept).symptoms(LACK)[0] for f in missing]
+        lines += [lex.concept(d.concept).symptoms(EXCESS)[0] for d in carried]
+        return lines, not missing and not carried
 
     @cached_property
     def _effect(self) -> dict[str, float]:

@@ -10,7 +10,11 @@ draws its own concepts, home roles, weights, synergy graph, distractors and diff
 instance seed). ``legacy_credit`` (with a topology too, e.g. ``legacy_joint-single``) is the
 first gym's fixed world of that kind: the corner of the design with no decoys, no wrong-way
 symptoms, no paraphrases, no instance randomisation and the old rates (its ``@N`` is ignored: one
-world, the instance only seeds the method).
+world, the instance only seeds the method). With the corner knobs (``CORNER``: ``legacy_salt``,
+``legacy_draws``, ``legacy_probe``, ``legacy_reading``) it is the first gym draw for draw: same
+split, same request seeds, outcomes, symptoms, judge and reflector draws, and MAPRO's noise-free
+probe (``benchmarks.gym.corner`` checks it against the first gym's code run with today's
+methods).
 """
 
 from __future__ import annotations
@@ -119,8 +123,8 @@ def parse_name(name: str) -> tuple[str, str, int | None, bool]:
 
 def make_world(name: str, knobs: Mapping[str, object] | None = None) -> World:
     """The world ``name`` (see the module docstring), with model knobs overridden (``knobs``:
-    symptom_rate, decoy_rate, wrong_rate, judge_noise, paraphrase, and the channel's fix_rate,
-    garble_rate)."""
+    symptom_rate, decoy_rate, wrong_rate, judge_noise, paraphrase, the channel's fix_rate,
+    garble_rate, and the first gym's corner knobs ``CORNER``)."""
     kind, topology, instance, legacy = parse_name(name)
     if legacy:
         world = LEGACY_KINDS[kind](topology)
@@ -131,8 +135,13 @@ def make_world(name: str, knobs: Mapping[str, object] | None = None) -> World:
     return with_knobs(world, knobs or {})
 
 
-WORLD_KNOBS = ("symptom_rate", "decoy_rate", "wrong_rate", "judge_noise", "paraphrase")
-CHANNEL_KNOBS = ("fix_rate", "garble_rate")
+WORLD_KNOBS = ("symptom_rate", "decoy_rate", "wrong_rate", "judge_noise", "paraphrase", "legacy_draws",
+               "legacy_probe", "legacy_salt")
+CHANNEL_KNOBS = ("fix_rate", "garble_rate", "legacy_reading")
+FLAGS = ("paraphrase", "legacy_draws", "legacy_probe", "legacy_salt", "legacy_reading")
+# The knobs that make a legacy_ world the first gym draw for draw (all on).
+CORNER: tuple[tuple[str, bool], ...] = (("legacy_draws", True), ("legacy_probe", True), ("legacy_reading", True),
+                                        ("legacy_salt", True))
 
 
 def with_knobs(world: World, knobs: Mapping[str, object]) -> World:
@@ -145,8 +154,13 @@ def with_knobs(world: World, knobs: Mapping[str, object]) -> World:
         return world
 
     def value(name: str, raw: object) -> object:
-        if name == "paraphrase":
-            return raw if isinstance(raw, bool) else str(raw).lower() in ("1", "true", "yes", "on")
+        if name in FLAGS:
+            if isinstance(raw, bool):
+                return raw
+            text = str(raw).lower()
+            if text not in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+                raise UnknownWorld(f"knob {name} must be on or off (1/0, true/false), not {raw!r}")
+            return text in ("1", "true", "yes", "on")
         try:
             return float(raw)  # type: ignore[arg-type]
         except (TypeError, ValueError):
@@ -154,6 +168,13 @@ def with_knobs(world: World, knobs: Mapping[str, object]) -> World:
 
     own = {k: value(k, v) for k, v in knobs.items() if k in WORLD_KNOBS}
     channel = {k: value(k, v) for k, v in knobs.items() if k in CHANNEL_KNOBS}
+    if "legacy_salt" in own:  # draws named after the first gym's world (credit-sequential)
+        if own.pop("legacy_salt"):
+            if not world.name.startswith(LEGACY):
+                raise UnknownWorld(f"knob legacy_salt: world {world.name} is not one of the first gym's (legacy_...)")
+            own["salt"] = world.name.removeprefix(LEGACY)
+        else:
+            own["salt"] = ""
     try:
         return dataclasses.replace(world, **own, channel=dataclasses.replace(world.channel, **channel))
     except ValueError as exc:

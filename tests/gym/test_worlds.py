@@ -233,5 +233,7 @@ def test_no_scripted_model_reads_the_worlds_hidden_table() -> None:
     # What the models are built from: the language, their knobs, a salt and the environment's probe.
     assert list(inspect.signature(GymModel).parameters) == ["lexicon", "channel", "judge_noise", "salt", "probe",
                                                             "model_id"]
-    # The reflector's channel says nothing about a world (the legacy corner's blind list aside).
-    assert {f for f in Channel.__dataclass_fields__} == {"fix_rate", "garble_rate", "paraphrase", "blind"}
+    # The reflector's channel says nothing about a world (the legacy corner's blind list aside;
+    # legacy_reading is the order it lists what it reads in).
+    assert {f for f in Channel.__dataclass_fields__} == {"fix_rate", "garble_rate", "paraphrase", "blind",
+                                                         "legacy_reading"}
