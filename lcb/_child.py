@@ -909,11 +909,11 @@ def _zygote_main(job_path: str, result_fd: int, commands_fd: int) -> None:
         with open(job_path, encoding="utf-8") as fh:
             job = json.load(fh)
         job["outer_pid"] = _host_pid()
-        if job.get("cpu") is not None:  # the harness's choice (lcb/sandbox.py, _CpuPlan); best effort
+        if job.get("keep_to_cpu") is not None:  # the harness's choice (lcb/sandbox.py, _CpuPlan)
             try:
-                os.sched_setaffinity(0, (job["cpu"],))
-            except (OSError, ValueError, TypeError):
-                pass
+                os.sched_setaffinity(0, (job["keep_to_cpu"],))
+            except OSError:
+                pass  # best effort: the CPU went offline or out of our cpuset meanwhile
         _set_limits(job)
         parent = os.getpid()
         layers = _enter_namespaces(job)  # with a PID namespace, only the zygote comes back

@@ -114,6 +114,26 @@ def test_threads_work_in_a_test_process():
     assert [e["outcome"] for e in run.of_kind("test")] == ["passed"] * 3
 
 
+def test_each_running_program_keeps_to_a_cpu_of_its_own():
+    plan = sandbox._CpuPlan()
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        assert plan.take() is None  # nothing to choose
+        return
+    taken = [plan.take() for _ in cpus]
+    assert sorted(taken) == cpus and plan.take() is None  # never two programs on one CPU
+    plan.give_back(taken[0])
+    assert plan.take() == taken[0]
+
+
+def test_a_program_runs_on_the_cpu_it_was_given():
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("one CPU: programs are not kept to one")
+    code = "import os\nprint(len(os.sched_getaffinity(0)))\n"
+    run = run_in_sandbox(SandboxJob("stdin", code, (("", "1"), ("", "1"))))
+    assert [e["outcome"] for e in run.of_kind("test")] == ["passed", "passed"]
+
+
 def test_comparator_matches_official_rules():
     assert compare.outputs_match("1.50 2\n", "1.5 2")
     assert not compare.outputs_match("0.333", "0.3333")
