@@ -239,7 +239,7 @@ class _CpuPlan:
     forked process on the CPU that looks idlest, which is seldom the one where its zygote is
     about to go to sleep waiting for it, so it waits for another program's work there while this
     CPU idles; kept to the zygote's CPU, it runs the moment the zygote sleeps, and wakes it there.
-    Measured alternately on the 2-core machine with two workers: 10-16 % less wall time, a little
+    Measured alternately on the 2-core machine with two workers: 5-16 % less wall time, a little
     less CPU time. Never two of our programs on one CPU: with more programs than CPUs the rest
     run where the kernel puts them (a program that computes for seconds would otherwise hold
     back the others kept to its CPU)."""
