@@ -977,6 +977,7 @@ def serve(sock_fd: int) -> None:
                     os.close(fd)
                 continue
             job_path, _, wants = message.decode().partition("\n")
+            wants, _, cpu = wants.partition("\n")
             _reap(zygotes, namespaces)  # first: a network namespace may have come free
             net = namespaces.before_fork() if wants == "namespaces" else None
             module = _filled_module()
@@ -999,6 +1000,11 @@ def serve(sock_fd: int) -> None:
                 _zygote_main(job_path, fds[0], fds[1])
             if net is not None:
                 namespaces.after_fork(pid, net)
+            if cpu.isdigit():  # before the zygote first runs: it starts on its CPU, not wherever fork put it
+                try:
+                    os.sched_setaffinity(pid, (int(cpu),))
+                except OSError:
+                    pass
             # Tell the harness the zygote's pid ourselves: it can then kill a zygote that
             # never got as far as reporting (a small write to a fresh pipe does not block).
             try:
