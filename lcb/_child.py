@@ -68,6 +68,20 @@ import _seccomp  # noqa: E402
 from _prelude import PRELUDE_MODULES, PRELUDE_SOURCE  # noqa: E402
 
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
+
+
+def _single_threaded_after_fork() -> None:
+    """threading's after-fork hook, for a child of a single-threaded process: nothing to redo."""
+
+
+# Every process here forks while it is single-threaded (the server, each zygote; a test process
+# cannot fork: the guard removes os.fork). threading's after-fork hook rebuilds its thread table
+# and locks for the child of a multi-threaded parent; for ours they are already right (the same
+# thread, the same ident, no lock held), and running it writes to ~120 memory pages, each a
+# copy-on-write fault in the child: ~0.3 ms of CPU per fork, i.e. per test. os.register_at_fork
+# cannot unregister it, so its body is emptied (tests/lcb/test_sandbox.py: threads still work in
+# a test process).
+threading._after_fork.__code__ = _single_threaded_after_fork.__code__
 for _name in ("_isolate", "_landlock", "_returns", "_script", "_seccomp", "_prelude"):
     del sys.modules[_name]  # model code must not find them by name
 
@@ -218,23 +232,26 @@ def _enter_test_process(job: dict, status_w: int, stdin: int, stdout: str, stder
     """Runs first in every forked test process: own group, stdio, limits, confinement.
     ``stdin``: the descriptor of this test's input (a memfd the harness filled)."""
     _os_setpgid(0, 0)
-    _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if job["zygote_pid"] != 1:  # init of our PID namespace: its end kills us without being asked
+        _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     if os.getppid() != job["zygote_pid"]:  # the zygote died between fork and prctl
         os._exit(137)
+    # A domain of its own (the zygote made the ruleset once): no signals to the zygote or others.
+    # First, while the ruleset's descriptor is where the zygote left it (the dup2s below may reuse its number).
+    if job["scope_ruleset"] is not None and not _landlock.enforce(job["scope_ruleset"]):
+        os._exit(125)  # confinement was promised for this job: never run unconfined
     os.dup2(stdin, 0)
     for target, path in ((1, stdout), (2, stderr)):
         fd = _real_os_open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         os.dup2(fd, target)
         os.close(fd)
     os.dup2(status_w, _STATUS_FD)
-    os.closerange(_STATUS_FD + 1, 1 << 20)  # the zygote's channels, the job file: gone
+    os.closerange(_STATUS_FD + 1, 1 << 20)  # the zygote's channels, the job file, the ruleset: gone
     cpu = math.ceil(job["cpu_limit_s"] * 1.5) + 1  # a backstop: the zygote watches the CPU clock
     _lower_rlimit(resource.RLIMIT_CPU, cpu)
     _lower_rlimit(resource.RLIMIT_FSIZE, job["output_limit_bytes"])
     if job["nproc_limit"]:  # RLIMIT_NPROC counts per user and is not enforced for root
         _lower_rlimit(resource.RLIMIT_NPROC, job["nproc_limit"])
-    if job["scope_tests"] and not _landlock.scope_self(job["landlock_abi"]):
-        os._exit(125)  # confinement was promised for this job: never run unconfined
 
 
 def _stamp(stamps: list[float] | None, report: bool = False) -> None:
@@ -242,7 +259,7 @@ def _stamp(stamps: list[float] | None, report: bool = False) -> None:
     if stamps is not None:
         stamps.append(time.monotonic())
         if report:
-            _report({"stamps": stamps, "cpu_at_start": time.process_time()})
+            _report({"stamps": stamps, "cpu_at_start": time.thread_time()})
 
 
 def _lower_rlimit(which: int, value: int) -> None:
@@ -295,20 +312,53 @@ def _finish_like_python(exit_code: int) -> None:
     os._exit(exit_code)
 
 
+def _new_module(name: str, prelude: bool) -> types.ModuleType:
+    module = types.ModuleType(name)
+    module.__dict__["__builtins__"] = builtins.__dict__  # where running the prelude would put it
+    if prelude:
+        module.__dict__.update(_PRELUDE_BINDINGS)
+    return module
+
+
+# Filling a module with the prelude's 600 bindings takes a reference to each of their objects, so
+# it writes to ~270 memory pages, which a zygote shares with the fork server: ~270 copy-on-write
+# faults, ~0.5 ms per program. The server fills them 16 at a time instead (each page written once
+# per batch) and hands one to each zygote it forks; the spent ones go together at the next refill.
+# (More at a time would save little and make every fork copy more page-table entries.)
+_POOL_SIZE = 16
+_pool_ready: list[types.ModuleType] = []
+_pool_spent: list[types.ModuleType] = []
+_FILLED: list[types.ModuleType] = []  # in a zygote: the module the server filled for it
+
+
+def _filled_module() -> types.ModuleType:
+    """In the server, before forking a zygote: a fresh module with the prelude's bindings."""
+    if not _pool_ready:
+        _pool_spent.clear()
+        _pool_ready.extend(_new_module("__main__", True) for _ in range(_POOL_SIZE))
+        gc.freeze()  # no collection in the server walks (writes to) them again
+    module = _pool_ready.pop()
+    _pool_spent.append(module)
+    return module
+
+
 def program_module(job: dict) -> types.ModuleType:
     """The program's module as it is before the program runs, made once per program in the
     zygote: every test process inherits it as it is (no copying, no reference counting on the
     prelude's objects, so fewer memory pages to copy per test)."""
     functional = job["mode"] == "functional"
-    module = types.ModuleType("solution" if functional else "__main__")
+    name = "solution" if functional else "__main__"
+    if job["prelude"] and _FILLED:
+        module = _FILLED.pop()  # the server's (see _filled_module), used by no other zygote
+        module.__name__ = name
+    else:
+        module = _new_module(name, job["prelude"])
     if not functional:
         module.__file__ = job["main_path"]
         sys.argv = [job["main_path"]]  # as `python main.py` has it (this zygote needs its own no more)
     namespace = module.__dict__
     namespace[_script.SEED] = _script.seed_function(namespace)
-    namespace["__builtins__"] = builtins.__dict__  # where running the prelude would put it
     if job["prelude"]:
-        namespace.update(_PRELUDE_BINDINGS)
         namespace["argv"] = sys.argv  # `from sys import *` binds the list as it is when it runs
         rebind_guarded(namespace)  # made after the guard: bind what it left, as the prelude would
     return module
@@ -472,6 +522,8 @@ def _kill_namespace() -> None:
     while True:
         try:
             _os_kill(-1, signal.SIGKILL)
+        except ProcessLookupError:
+            return  # nothing else in the namespace, not even a zombie to reap (the usual case)
         except OSError:
             pass
         try:
@@ -509,15 +561,17 @@ class _Watched:
         """'exit', 'timeout' (wall clock), 'cpu' (CPU time over ``cpu_limit``) or 'stopped'
         (the harness hung up: it needs no more results). Does not reap, so the pid stays ours
         to kill. The CPU clock is polled: RLIMIT_CPU alone fires early on some (virtualized)
-        kernels, before the process's own CPU clock reaches the limit."""
-        clock = _cpu_clock(self.pid) if cpu_limit is not None else None
-        watch_hangup = commands is not None
+        kernels, before the process's own CPU clock reaches the limit. The first round waits
+        for the exit alone: most tests end within it, and the less the zygote does while its
+        test process shares its memory, the fewer pages either of them copies."""
+        clock = None
+        watch_hangup = False
         while True:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return "timeout"
             step = remaining if self.pidfd is not None else min(remaining, 0.002)
-            if clock is not None:
+            if cpu_limit is not None:
                 step = min(step, _CPU_POLL_S)
             fds = ([self.pidfd] if self.pidfd is not None else []) + ([commands] if watch_hangup else [])
             ready, _, _ = select.select(fds, [], [], step)
@@ -529,19 +583,22 @@ class _Watched:
                     pass
                 except OSError:
                     return "stopped"
-                watch_hangup = False  # a queued command, not a hangup: stop watching this round
+                commands = None  # a queued command, not a hangup: stop watching for this test
+            watch_hangup = commands is not None
             if self.pidfd is not None:
                 if self.pidfd in ready:
                     return "exit"
             elif os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
                 return "exit"
-            if clock is not None:
+            if cpu_limit is not None:
+                if clock is None:  # asked only now: a ctypes call the many short tests never need
+                    clock = _cpu_clock(self.pid)
+                    clock = False if clock is None else clock
                 try:
-                    if time.clock_gettime(clock) > cpu_limit:
+                    if clock is not False and time.clock_gettime(clock) > cpu_limit:
                         return "cpu"
                 except OSError:
-                    clock = None  # it is exiting; the next round sees it
-
+                    clock = False  # it is exiting; the next round sees it
 
     def finish(self, kill: bool) -> tuple[int, resource.struct_rusage]:
         """Kill the test process group (always: it may have left children), reap, clean up."""
@@ -587,7 +644,7 @@ def run_test(job: dict, code, index: int, input_fd: int, commands: socket.socket
     """Fork one test process and report how it ended (never the verdict). The input arrives
     as a descriptor that only the test process reads: the zygote never holds its content."""
     status_r, status_w = os.pipe()
-    began, began_cpu = time.monotonic(), time.process_time()
+    began, began_cpu = time.monotonic(), time.thread_time()
     pid = _os_fork()
     if pid == 0:
         os.close(status_r)
@@ -606,7 +663,7 @@ def run_test(job: dict, code, index: int, input_fd: int, commands: socket.socket
               "info": _status_info(_read_all(status_r))}
     if job["timings"]:  # the zygote's side: fork called, fork returned, exit seen, reaped and cleaned
         report["zygote_stamps"] = [began, forked, ended, time.monotonic()]
-        report["zygote_cpu_s"] = time.process_time() - began_cpu
+        report["zygote_cpu_s"] = time.thread_time() - began_cpu
     if os.WIFSIGNALED(status):
         report["signal"] = os.WTERMSIG(status)
     else:
@@ -625,10 +682,18 @@ def _set_limits(job: dict) -> None:
 _BRIDGE: list[bool] = []  # whether the interpreter is reachable for an unprivileged uid (decided once)
 
 
+_REACHABLE: dict[str, bool] = {}  # jobs' parent folders -> reachable by the unprivileged uids
+
+
 def _unprivileged_can_run(folder: str) -> bool:
+    """Whether a uid of no group can run the interpreter and reach ``folder``. The fork server
+    asks first (as root), so its zygotes inherit the answer for their common parent folder."""
     if not _BRIDGE:
         _BRIDGE.append(_isolate.bridge_for_unprivileged(_SYSTEM_READABLE[0]))
-    return _BRIDGE[0] and _isolate.reachable_by_others(os.path.dirname(folder))
+    parent = os.path.dirname(folder)
+    if parent not in _REACHABLE:
+        _REACHABLE[parent] = _isolate.reachable_by_others(parent)
+    return _BRIDGE[0] and _REACHABLE[parent]
 
 
 _FROM_SERVER: list[list[str]] = []  # the namespaces the fork server gave this zygote (as root)
@@ -761,12 +826,15 @@ def run_job(job: dict, commands_fd: int, emit: _Emitter, layers: list[str], cloc
     if os.getpid() != 1:  # init of a PID namespace finds its descendants without /proc
         _CHILDREN_FD[:] = [os.open("/proc/thread-self/children", os.O_RDONLY | os.O_CLOEXEC)]
     # Once per program: writes, TCP, then reads and scopes in a nested domain. Each test process
-    # adds only a scope-only domain of its own (cheap: no paths), so it cannot signal the zygote.
+    # adds only a scope-only domain of its own, so it cannot signal the zygote: the ruleset is
+    # made here once, a test process only enforces it (one system call).
     cap = job.get("landlock_abi_cap")  # LCB_SANDBOX_LANDLOCK_ABI: run as on an older kernel
     abi = job["landlock_abi"] = _LANDLOCK_ABI if cap is None else min(_LANDLOCK_ABI, int(cap))
     confined = bool(job["landlock"]) and _landlock.confine_writes(folder, abi) \
         and _landlock.confine_reads(*readable_paths(folder), abi)
-    job["scope_tests"] = confined and abi >= _landlock.SCOPE_ABI
+    job["scope_ruleset"] = _landlock.scope_ruleset(abi) if confined else None
+    if confined and abi >= _landlock.SCOPE_ABI and job["scope_ruleset"] is None:
+        raise OSError("cannot make the test processes' scope-only Landlock ruleset")
     if confined:
         layers.append(f"landlock-{abi}")
     clock.lap("landlock")
@@ -804,16 +872,18 @@ def run_job(job: dict, commands_fd: int, emit: _Emitter, layers: list[str], cloc
 
 
 class _Clock:
-    """Where a zygote's set-up spends its time (``--breakdown`` of benchmarks/perf/grading_speed.py)."""
+    """Where a zygote's set-up spends its time (``--breakdown`` of benchmarks/perf/grading_speed.py).
+    CPU time is the thread's clock: the process's is only brought up to date at scheduler ticks
+    once an RLIMIT_CPU is set (ours are single-threaded, so the two are the same otherwise)."""
 
     def __init__(self) -> None:
         self.laps: dict[str, float] = {}
         self.cpu_laps: dict[str, float] = {}
         self.began = self._last = time.monotonic()
-        self._last_cpu = time.process_time()
+        self._last_cpu = time.thread_time()
 
     def lap(self, name: str) -> None:
-        now, cpu = time.monotonic(), time.process_time()
+        now, cpu = time.monotonic(), time.thread_time()
         self.laps[name] = round(now - self._last, 6)
         self.cpu_laps[name] = round(max(cpu - self._last_cpu, 0.0), 6)
         self._last, self._last_cpu = now, cpu
@@ -839,6 +909,11 @@ def _zygote_main(job_path: str, result_fd: int, commands_fd: int) -> None:
         with open(job_path, encoding="utf-8") as fh:
             job = json.load(fh)
         job["outer_pid"] = _host_pid()
+        if job.get("keep_to_cpu") is not None:  # the harness's choice (lcb/sandbox.py, _CpuPlan)
+            try:
+                os.sched_setaffinity(0, (job["keep_to_cpu"],))
+            except OSError:
+                pass  # best effort: the CPU went offline or out of our cpuset meanwhile
         _set_limits(job)
         parent = os.getpid()
         layers = _enter_namespaces(job)  # with a PID namespace, only the zygote comes back
@@ -853,6 +928,13 @@ def _zygote_main(job_path: str, result_fd: int, commands_fd: int) -> None:
         try:
             kill_all_descendants()
         finally:
+            # Our channels first: the harness sees the end now, while the kernel still takes
+            # this process's memory apart (a few hundred microseconds its next program can use).
+            for fd in (result_fd, commands_fd):
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
             os._exit(0)
 
 
@@ -861,11 +943,21 @@ def _prepare_process() -> None:
     os.umask(0o077)
 
 
+def _prepare_once_for_all_zygotes() -> None:
+    """As the fork server: the per-program work that is the same for every program, done once
+    and inherited by each zygote (each step is checked again where its layer is reported)."""
+    if os.geteuid() == 0:
+        # our own mount namespace, the interpreter reachable for the unprivileged uids
+        _BRIDGE.append(_isolate.bridge_for_unprivileged(_SYSTEM_READABLE[0]))
+        _isolate.unprivileged_id(0)  # reads the uid map once
+    _isolate.last_capability()  # reads the kernel's number once
+    _seccomp.packed(base=True, sockets_paired_only=True)  # the default filter, assembled once
+
+
 def serve(sock_fd: int) -> None:
     """Fork server: receive (job path; result pipe, command pipe) messages; fork one zygote per job."""
     _prepare_process()
-    if os.geteuid() == 0:  # once for all zygotes: our own mount namespace, the interpreter reachable
-        _BRIDGE.append(_isolate.bridge_for_unprivileged(_SYSTEM_READABLE[0]))
+    _prepare_once_for_all_zygotes()
     gc.freeze()  # the warm modules: forked children's collections skip them (fewer page copies)
     _libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     sock = socket.socket(fileno=sock_fd)
@@ -885,8 +977,12 @@ def serve(sock_fd: int) -> None:
                     os.close(fd)
                 continue
             job_path, _, wants = message.decode().partition("\n")
+            wants, _, cpu = wants.partition("\n")
             _reap(zygotes, namespaces)  # first: a network namespace may have come free
             net = namespaces.before_fork() if wants == "namespaces" else None
+            module = _filled_module()
+            if os.geteuid() == 0:
+                _unprivileged_can_run(os.path.dirname(job_path))
             try:
                 pid = os.fork()
             except OSError:
@@ -898,11 +994,17 @@ def serve(sock_fd: int) -> None:
                 sock.close()
                 os.setsid()
                 _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+                _FILLED.append(module)
                 if net is not None:
                     _FROM_SERVER.append(namespaces.in_zygote(net))
                 _zygote_main(job_path, fds[0], fds[1])
             if net is not None:
                 namespaces.after_fork(pid, net)
+            if cpu.isdigit():  # before the zygote first runs: it starts on its CPU, not wherever fork put it
+                try:
+                    os.sched_setaffinity(pid, (int(cpu),))
+                except OSError:
+                    pass
             # Tell the harness the zygote's pid ourselves: it can then kill a zygote that
             # never got as far as reporting (a small write to a fresh pipe does not block).
             try:
@@ -925,15 +1027,19 @@ def serve(sock_fd: int) -> None:
 
 
 def _reap(zygotes: dict[int, str], namespaces: _isolate.ZygoteNamespaces) -> None:
+    reaped = False
     try:
         while True:
             pid, _status = os.waitpid(-1, os.WNOHANG)
             if pid == 0:
                 break
+            reaped = True
             zygotes.pop(pid, None)
             namespaces.reaped(pid)  # init of its PID namespace: everything of that program is gone
     except ChildProcessError:
         return
+    if not reaped:
+        return  # orphans come to us only when a zygote ends, before we can reap it
     # Children that are not zygotes are orphans of a dead zygote's tests: kill them.
     for pid in _children():
         if pid not in zygotes:

@@ -176,16 +176,19 @@ class ZygoteNamespaces:
 # ---------------------------------------------------------------- identity
 
 
+_UID_RANGES: list[tuple[int, int]] = []  # our user namespace's mapped uids (read once; forks inherit it)
+
+
 def _mapped(uid: int) -> bool:
-    try:
-        with open("/proc/self/uid_map") as fh:
-            for line in fh:
-                inside, _outside, count = (int(x) for x in line.split())
-                if inside <= uid < inside + count:
-                    return True
-    except (OSError, ValueError):
-        return False
-    return False
+    if not _UID_RANGES:
+        try:
+            with open("/proc/self/uid_map") as fh:
+                for line in fh:
+                    inside, _outside, count = (int(x) for x in line.split())
+                    _UID_RANGES.append((inside, inside + count))
+        except (OSError, ValueError):
+            _UID_RANGES[:] = [(0, 0)]  # unreadable: nothing counts as mapped
+    return any(low <= uid < high for low, high in _UID_RANGES)
 
 
 def unprivileged_id(pid: int) -> int:
@@ -227,17 +230,23 @@ def become_unprivileged(uid: int, folder: str) -> bool:
 # ---------------------------------------------------------------- capabilities and limits
 
 
-def _last_capability() -> int:
-    try:
-        with open("/proc/sys/kernel/cap_last_cap") as fh:
-            return int(fh.read())
-    except (OSError, ValueError):
-        return 63
+_LAST_CAP: list[int] = []
+
+
+def last_capability() -> int:
+    """The kernel's highest capability number (read once per process; forks inherit it)."""
+    if not _LAST_CAP:
+        try:
+            with open("/proc/sys/kernel/cap_last_cap") as fh:
+                _LAST_CAP.append(int(fh.read()))
+        except (OSError, ValueError):
+            _LAST_CAP.append(63)
+    return _LAST_CAP[0]
 
 
 def drop_bounding_set() -> bool:
     """Empty the bounding set (needs CAP_SETPCAP: root, or inside our own user namespace)."""
-    return all(_libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0) == 0 for cap in range(_last_capability() + 1))
+    return all(_libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0) == 0 for cap in range(last_capability() + 1))
 
 
 def clear_capabilities() -> bool:

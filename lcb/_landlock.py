@@ -118,13 +118,27 @@ def confine_reads(folders: list[str], files: list[str], abi: int) -> bool:
 SCOPE_ABI = 6  # abstract unix sockets and signals scoped to the domain
 
 
-def scope_self(abi: int) -> bool:
-    """A new domain that handles no file or network access, only scopes: the caller can no
-    longer signal (or reach the abstract unix sockets of) processes outside it. Cheap (no paths),
-    so it can be paid per test process."""
+def scope_ruleset(abi: int) -> int | None:
+    """A ruleset that handles no file or network access, only scopes (ABI 6+), as a descriptor
+    (close-on-exec); None below ABI 6 or where it cannot be made. Made once per program; each
+    test process enforces it (``enforce``, one system call) and so gets a new domain of its own:
+    it can no longer signal (or reach the abstract unix sockets of) processes outside it, the
+    zygote and the other tests included."""
     if abi < SCOPE_ABI:
-        return False
-    return _restrict_sized(0, 0, _SCOPE_SIGNAL | _SCOPE_ABSTRACT_UNIX, abi, [])
+        return None
+    attr = struct.pack("3Q", 0, 0, _SCOPE_SIGNAL | _SCOPE_ABSTRACT_UNIX)
+    try:
+        fd = _syscall()(_SYS_CREATE_RULESET, ctypes.create_string_buffer(attr, len(attr)),
+                        ctypes.c_size_t(len(attr)), 0)
+    except (OSError, AttributeError):
+        return None
+    return fd if fd >= 0 else None
+
+
+def enforce(ruleset: int) -> bool:
+    """A new domain for the caller from ``ruleset``; ``no_new_privs`` must be set already (a
+    test process inherits it from its zygote, whose own confinement set it)."""
+    return _syscall()(_SYS_RESTRICT_SELF, ruleset, 0) == 0
 
 
 def _restrict_sized(handled_fs: int, handled_net: int, scoped: int, abi: int,

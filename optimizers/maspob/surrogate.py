@@ -20,9 +20,10 @@ with ``ReduceLROnPlateau`` (factor 0.7, patience 30, floor 1e-5) on the training
 ``min_delta``; the best weights are kept. Every fit starts from fresh weights (upstream resets
 the parameters and the optimizer state before each refit).
 
-How it is computed: the default one-layer network trains with ``fast_gat`` (the same numbers as
-the straightforward torch-geometric/autograd loop in ``autograd_training``, far less work per
-epoch; proven equal in ``tests/optimizers/test_maspob.py``). Everything runs on the CPU,
+How it is computed: the default one-layer network trains with ``gat_kernel`` (one compiled
+numba loop per chunk of epochs; the same numbers as the straightforward torch-geometric/autograd
+loop in ``autograd_training`` and the numpy trainer ``fast_gat`` within float32 rounding, proven
+in ``tests/optimizers/test_maspob.py``). Everything runs on the CPU,
 single-threaded and seeded, so the same pulls and seed give the same predictions in every
 process; the network is never saved (a resumed job retrains it).
 """
@@ -38,8 +39,13 @@ import numpy as np
 from optimizers.maspob.graph import TeamGraph
 from optimizers.maspob.network import ENCODER_CAP, encoder_width, network
 
-__all__ = ["ENCODER_CAP", "FitReport", "GATv2Surrogate", "GNNSettings", "encoder_width", "initial_state", "network",
-           "train_rule"]
+# The formulations of one training rule: compiled (default for one layer), numpy, torch autograd.
+TRAINERS = ("kernel", "fast", "autograd")
+ONE_LAYER_TRAINERS = ("kernel", "fast")
+ONE_LAYER_DEFAULT = "kernel"  # what a one-layer network trains with when no trainer is named
+
+__all__ = ["ENCODER_CAP", "FitReport", "GATv2Surrogate", "GNNSettings", "TRAINERS", "encoder_width", "initial_state",
+           "network", "train_rule"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,37 +74,49 @@ class FitReport:
 class GATv2Surrogate:
     """fit(nodes, targets, seed) / predict(nodes) on batches of same-shaped team graphs.
 
-    One GATv2 layer (the default) trains with the fast trainer (``fast_gat``); deeper networks
-    with the straightforward autograd formulation (``autograd_training``). Both draw the
+    One GATv2 layer (the default) trains with the compiled trainer (``gat_kernel``); deeper
+    networks with the straightforward autograd formulation (``autograd_training``). ``trainer``
+    names another formulation of the same rule (``TRAINERS``), for comparisons and benchmarks. Both draw the
     initial weights from the torch ``network.network`` under ``torch.manual_seed(seed)`` and
     the dropout masks from ``fast_gat.DropoutMasks(seed)``."""
 
-    def __init__(self, graph: TeamGraph, settings: GNNSettings | None = None) -> None:
+    def __init__(self, graph: TeamGraph, settings: GNNSettings | None = None, *, trainer: str | None = None) -> None:
         self.graph = graph
         self.settings = settings or GNNSettings()
+        if trainer is not None and trainer not in TRAINERS:
+            raise ValueError(f"unknown surrogate trainer {trainer!r} (known: {', '.join(TRAINERS)})")
+        if trainer in ONE_LAYER_TRAINERS and self.settings.layers != 1:
+            raise ValueError(f"the {trainer} trainer computes one GATv2 layer only (gnn_layers={self.settings.layers})")
+        self.trainer = trainer
         self._predict: Any = None
 
     @property
     def model_kind(self) -> str:
-        """Which trainer computes this network: ``fast`` (one GATv2 layer) or ``autograd``."""
-        return "fast" if self.settings.layers == 1 else "autograd"
+        """Which trainer computes this network: ``kernel`` (one GATv2 layer, the default),
+        ``fast`` (numpy, one layer) or ``autograd``."""
+        if self.trainer is not None:
+            return self.trainer
+        return ONE_LAYER_DEFAULT if self.settings.layers == 1 else "autograd"
 
     def fit(self, nodes: np.ndarray, targets: np.ndarray, *, seed: int) -> FitReport:
         from optimizers.maspob.autograd_training import fit as autograd_fit
         from optimizers.maspob.autograd_training import predict as autograd_predict
-        from optimizers.maspob.fast_gat import DropoutMasks, FastWorkflowGAT, predict, train
+        from optimizers.maspob import fast_gat, gat_kernel
 
         started = time.monotonic()
         s = self.settings
-        masks = DropoutMasks(seed, s.dropout)
-        if self.model_kind == "autograd":
+        masks = fast_gat.DropoutMasks(seed, s.dropout)
+        kind = self.model_kind
+        if kind == "autograd":
             done = autograd_fit(self.graph, nodes, targets, s, seed=seed, masks=masks)
             model = done.model
             self._predict = lambda x: autograd_predict(model, self.graph, x)
             return FitReport(epochs=done.epochs, loss=done.best_loss, seconds=time.monotonic() - started)
-        fast = FastWorkflowGAT(initial_state(nodes.shape[2], s, seed), self.graph, s.heads)
-        result = train(fast, nodes, targets, train_rule(s), masks)
-        self._predict = lambda x: predict(fast, x)
+        module: Any = gat_kernel if kind == "kernel" else fast_gat
+        net = (gat_kernel.KernelGAT if kind == "kernel" else fast_gat.FastWorkflowGAT)(
+            initial_state(nodes.shape[2], s, seed), self.graph, s.heads)
+        result = module.train(net, nodes, targets, train_rule(s), masks)
+        self._predict = lambda x: module.predict(net, x)
         return FitReport(epochs=result.epochs, loss=result.best_loss, seconds=time.monotonic() - started)
 
     def predict(self, nodes: np.ndarray) -> np.ndarray:

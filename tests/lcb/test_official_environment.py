@@ -223,13 +223,18 @@ def test_top_level_names_are_fast_locals():
 
 
 def test_scripts_that_need_module_scope_are_not_wrapped():
-    for source in ("x = 1\nprint(globals()['x'])\n", "import pickle\nprint(1)\n", "from math import *\n"):
+    for source in ("x = 1\nprint(globals()['x'])\n", "import pickle\nprint(1)\n", "from math import *\n",
+                   # found in nested scopes, dotted imports and attributes too
+                   "def f():\n    return vars()\nprint(f())\n", "import concurrent.futures\nprint(1)\n",
+                   "import sys\nprint(sys._getframe().f_globals['__name__'])\n"):
         assert not _compiled(source)[1], source
 
 
 @pytest.mark.parametrize(("code", "stdin", "expected"), [
     # `global` in a function still reaches the top-level name
     ("count = 0\ndef bump():\n    global count\n    count += 1\nfor _ in range(3):\n    bump()\nprint(count)\n", "", "3"),
+    # ... also when the `global` statement sits in a nested block of the function
+    ("a = 0\ndef f():\n    if True:\n        global a\n    a = 5\nf()\nprint(a)\n", "", "5"),
     # a non-final __main__ guard still runs (the official wrapping drops it)
     ("def main():\n    print(helper())\ndef helper():\n    return 5\nif __name__ == '__main__':\n    main()\nprint('end')\n",
      "", "5\nend"),

