@@ -429,6 +429,12 @@ def test_fast_training_equals_the_straightforward_formulation(roles: tuple[str, 
     combos = [tuple(int(i) for i in rng.integers(0, 4, size=graph.nodes)) for _ in range(9)]
     nodes = np.stack([np.stack([pool[r][i] for r, i in enumerate(c)]) for c in combos])
     targets = rng.uniform(0, 1, size=len(combos))
+    # Repeated rows, as in a pool: both trainers compute the encoder's first layer once per
+    # distinct row, gather it per node and scatter-add the nodes' gradients back, and these
+    # data exercise that (with ``=`` in place of the kernel's scatter-add, the losses check fails).
+    batch = fast_gat.Batch.of(nodes)
+    assert graph.nodes <= batch.distinct.shape[0] < nodes.shape[0] * nodes.shape[1]
+    assert np.bincount(batch.inverse).max() > 2
     # Short patience and plateau so that the schedule and the early stop are exercised too.
     settings = GNNSettings(max_epochs=120, patience=25, plateau_patience=5)
     slow = autograd_training.fit(graph, nodes, targets, settings, seed=11,
