@@ -47,7 +47,6 @@ import math
 import os
 import resource
 import select
-import shutil
 import signal
 import socket
 import subprocess
@@ -57,6 +56,17 @@ import threading
 import time
 import traceback
 import types
+
+# shutil imports zlib, bz2 and lzma for its archive formats: three extension modules and three
+# libraries, 30 memory mappings that every fork (of a zygote, of a test) copies: ~0.1 ms each.
+# The sandbox needs shutil (the guard disables three of its functions) but not them; shutil then
+# offers no compressed archive formats, and a program that imports one of the three gets it.
+for _name in ("zlib", "bz2", "lzma"):
+    sys.modules.setdefault(_name, None)
+import shutil  # noqa: E402
+for _name in ("zlib", "bz2", "lzma"):
+    if sys.modules.get(_name, 0) is None:
+        del sys.modules[_name]
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, _HERE)

@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import lru_cache, wraps
+from typing import TypeVar
 
 INSTRUCTION, LACK, EXCESS = "instruction", "lack", "excess"
 
@@ -90,7 +91,33 @@ class Lexicon:
         return any(form in text for form in self.concept(key).forms)
 
 
-@lru_cache(maxsize=8)
+_T = TypeVar("_T")
+_MEMO_SIZE = 8
+
+
+def _per_lexicon(build: Callable[[Lexicon], _T]) -> Callable[[Lexicon], _T]:
+    """Memoise ``build`` on the lexicon's identity. A lexicon is frozen, so what is built from it
+    never changes; an ``lru_cache`` keyed on the lexicon itself would hash all its concepts and
+    their sentence tuples on every call (tuples do not keep their hash), which was most of a gym
+    job's CPU outside the method (millions of hash calls: ``concept`` is called per rollout).
+    The memo holds the lexicon, so its id cannot be reused while the entry lives."""
+    memo: dict[int, tuple[Lexicon, _T]] = {}
+
+    @wraps(build)
+    def cached(lexicon: Lexicon) -> _T:
+        hit = memo.get(id(lexicon))
+        if hit is not None and hit[0] is lexicon:
+            return hit[1]
+        value = build(lexicon)
+        if len(memo) >= _MEMO_SIZE:  # a handful of lexicons live at once; clear() is atomic
+            memo.clear()
+        memo[id(lexicon)] = (lexicon, value)
+        return value
+
+    return cached
+
+
+@_per_lexicon
 def _index(lexicon: Lexicon) -> tuple[dict[str, Concept], dict[str, tuple[str, str]]]:
     by_key = {c.key: c for c in lexicon.concepts}
     sentences = {form: (c.key, INSTRUCTION) for c in lexicon.concepts for form in c.forms}
@@ -98,7 +125,7 @@ def _index(lexicon: Lexicon) -> tuple[dict[str, Concept], dict[str, tuple[str, s
     return by_key, sentences
 
 
-@lru_cache(maxsize=8)
+@_per_lexicon
 def _patterns(lexicon: Lexicon) -> dict[str, re.Pattern[str]] | None:
     if lexicon.templates is None:
         return None

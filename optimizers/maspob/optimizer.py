@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import random
 import time
 from collections.abc import Mapping, Sequence
@@ -29,7 +30,7 @@ from typing import Any
 from optimizers.base import OptimizationResult, OptimizeContext, Optimizer
 from optimizers.candidate import ROLE_PREFIX, Candidate
 from optimizers.evaluator import Rollout
-from optimizers.journal import content_hash, read_json, write_json_atomic
+from optimizers.journal import content_hash, read_json, write_json_atomic, write_text_atomic
 from optimizers.maspob.bandit import BanditSearch, Combination, Decision, FeatureTable, LinearPosterior
 from optimizers.maspob.graph import TeamGraph, team_graph
 from optimizers.maspob.pool import PROTOCOLS, Pool, PoolBuilder, PoolSettings, pool_identity
@@ -198,6 +199,7 @@ class _Run:
         self.pool: Pool | None = None
         self.search: BanditSearch | None = None
         self._committed: tuple[Combination, float] | None = None
+        self._identity: dict[str, Any] | None = None
 
     @property
     def minibatch(self) -> int:
@@ -225,11 +227,13 @@ class _Run:
             await self._replay(pull)
         if self.pulls:
             self._commit()  # the replayed pulls' last commit, so the curve carries on from it
+            self._save_state()
         while self.affordable():
             decision = self.search.decide()
             if not await self._pull(decision):
                 break
             self._commit()
+            self._save_state()  # once per pull, with its incumbent: a kill before it replays the pull
         return self._finish()
 
     async def _prepare(self) -> FeatureTable:
@@ -333,13 +337,17 @@ class _Run:
             self._annotate(row, pull)
         self.ctx.tracker.log(row["charged"], {"maspob/pull": pull.number, "maspob/score": pull.score,
                                               "maspob/fit_seconds": round(self.search.fit_log.seconds, 3)})
-        self._save_state()
 
     def _save_state(self) -> None:
+        """The whole state, atomically (what ``ctx.save_state`` writes), but compact: the state
+        grows with every pull and is rewritten after each, and an indented dump runs Python's
+        pure-Python encoder (compact ones run the C encoder), which made this quadratic cost
+        seconds of a budget-600 job."""
         assert self.search is not None
-        self.ctx.save_state(STATE_NAME, {"identity": self._state_identity(),
-                                         "pulls": [q.to_json() for q in self.pulls],
-                                         "fisher": self.search.fisher.to_json()})
+        state = {"identity": self._state_identity(), "pulls": [q.to_json() for q in self.pulls],
+                 "fisher": self.search.fisher.to_json()}
+        write_text_atomic(self.ctx.state_path(STATE_NAME),
+                          json.dumps(state, sort_keys=True, separators=(",", ":"), ensure_ascii=False) + "\n")
         self._save_timing()
 
     def _annotate(self, row: dict[str, Any], pull: Pull) -> None:
@@ -363,16 +371,17 @@ class _Run:
         if (last.incumbent, last.incumbent_mean) != key:  # a resumed job has it from the state already
             self.pulls[-1] = last = dataclasses.replace(last, incumbent=combination, incumbent_mean=key[1])
             self._annotate(self.history[-1], last)
-            self._save_state()
         if key != self._committed:
             self._committed = key
             self.ctx.commit_incumbent(self.candidate(combination), key[1])
 
     def _state_identity(self) -> dict[str, Any]:
-        assert self.pool is not None
-        params = {k: getattr(self.params, k) for k in self.params.__dataclass_fields__}
-        return {"pool": content_hash(self.pool.to_json()["prompts"]), "params": params,
-                "train": content_hash(self.stream.train), "seed": self.method_seed}
+        if self._identity is None:  # the pool, params and stream are fixed once the pool exists
+            assert self.pool is not None
+            params = {k: getattr(self.params, k) for k in self.params.__dataclass_fields__}
+            self._identity = {"pool": content_hash(self.pool.to_json()["prompts"]), "params": params,
+                              "train": content_hash(self.stream.train), "seed": self.method_seed}
+        return self._identity
 
     def _load_state(self) -> list[Pull]:
         state = self.ctx.load_state(STATE_NAME)

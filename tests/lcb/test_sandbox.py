@@ -134,6 +134,16 @@ def test_a_program_runs_on_the_cpu_it_was_given():
     assert [e["outcome"] for e in run.of_kind("test")] == ["passed", "passed"]
 
 
+def test_guarded_shutil_and_the_compression_modules_the_server_leaves_out():
+    # The fork server imports shutil without zlib, bz2 and lzma (fewer mappings per fork): the
+    # guard still disables shutil's three functions, and a program still gets the modules.
+    code = ("import shutil, zlib, bz2, lzma\n"
+            "print(shutil.rmtree, shutil.move, shutil.chown, zlib.crc32(b'a'),"
+            " bz2.decompress(bz2.compress(b'x')), lzma.decompress(lzma.compress(b'y')))\n")
+    run = run_in_sandbox(SandboxJob("stdin", code, (("", "None None None 3904355907 b'x' b'y'"),)))
+    assert [e["outcome"] for e in run.of_kind("test")] == ["passed"], run.of_kind("test")
+
+
 def test_comparator_matches_official_rules():
     assert compare.outputs_match("1.50 2\n", "1.5 2")
     assert not compare.outputs_match("0.333", "0.3333")

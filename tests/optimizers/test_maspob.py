@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from optimizers.journal import read_json, read_sealed
+from optimizers.journal import read_json, read_jsonl, read_sealed
 from optimizers.maspob import missing_dependencies
 from optimizers.maspob.bandit import BanditSearch, FeatureTable, FisherMatrix, LinearPosterior
 from optimizers.maspob.graph import team_graph
@@ -39,6 +39,7 @@ from optimizers.maspob.pool import (
 from optimizers.maspob.styles import DIMENSIONS, PRESETS, style_sequence
 from optimizers.protocol.job.engine import run_job
 from optimizers.reflection import ReflectionModel
+from job_support import without_keys
 from scripted_world import MARKER, REFLECTION_ID, REPO, fast_runtime, run_cli, start_world, world_job_config
 
 needs_extra = pytest.mark.skipif(bool(missing_dependencies()),
@@ -726,6 +727,79 @@ def test_two_runs_with_one_seed_make_the_same_pulls(tmp_path: Path) -> None:
     kinds = [pull["kind"] for pull in states[0]["pulls"]]
     assert kinds == ["warmup"] * 5 + ["linucb"] * 3
     assert states[0]["fisher"]["rank_one_terms"] == [p["combination"] for p in states[0]["pulls"]]
+
+
+class _Killed(BaseException):
+    """Stands for SIGKILL inside the job's process: no handler of the job catches it."""
+
+
+# What legitimately differs between a resumed job and a whole one: timings, seals, which process
+# made a call, and the fits this process ran (a resume refits once for the replayed pulls).
+VOLATILE = frozenset({"sha256", "elapsed_seconds", "time", "latency_s", "code_version", "optimization_id",
+                      "selection_id", "optimization_sha256", "live_calls", "replayed_calls", "usage",
+                      "surrogate_fits"})
+
+
+@needs_extra
+def test_the_state_is_written_once_per_pull_compactly_and_a_kill_before_that_write_resumes_alike(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The state is rewritten once per pull, after the pull's commit (the surrogate fit). A job
+    killed inside that fit (its pull's rollouts journaled, its state one pull behind) replays the
+    saved pulls, re-decides the lost one from the same data (served from the evaluator's journal,
+    not paid twice) and ends exactly as the uninterrupted job did."""
+    import optimizers.journal as journal_module
+    from optimizers.maspob import optimizer as maspob_optimizer
+
+    writes: list[str] = []
+    real_write = journal_module.write_text_atomic
+
+    def counting(path: Any, text: str) -> None:
+        writes.append(Path(path).name)
+        real_write(path, text)
+
+    monkeypatch.setattr(journal_module, "write_text_atomic", counting)
+    monkeypatch.setattr(maspob_optimizer, "write_text_atomic", counting)
+    server = start_world(world="useful", maspob_marked=("coder_worker", "systematic"))
+    config = {"budget": 40, "topology": "centralized", "team_size": 2, "method_params": {"num_prompts": 8}}
+    try:
+        reference = run_job(world_job_config(tmp_path / "whole", server.base_url, method="maspob", **config),
+                            fast_runtime())
+        state = _state(tmp_path / "whole")
+        assert len(state["pulls"]) == 8 and writes.count("maspob.json") == 8  # once per pull, not twice
+        text = (tmp_path / "whole" / "optimization" / "native" / "maspob.json").read_text()
+        assert "\n" not in text.rstrip("\n") and json.loads(text) == state  # compact, same content
+
+        commits = 0
+        real_commit = maspob_optimizer._Run._commit
+
+        def killed_in_the_seventh_fit(run: Any) -> None:
+            nonlocal commits
+            commits += 1
+            if commits == 7:
+                raise _Killed
+            real_commit(run)
+
+        monkeypatch.setattr(maspob_optimizer._Run, "_commit", killed_in_the_seventh_fit)
+        with pytest.raises(_Killed):
+            run_job(world_job_config(tmp_path / "killed", server.base_url, method="maspob", **config),
+                    fast_runtime())
+        behind = _state(tmp_path / "killed")
+        attempts = read_jsonl(tmp_path / "killed" / "optimization" / "attempts.jsonl")
+        assert len(behind["pulls"]) == 6 and sum(a["charged"] for a in attempts) == 7 * 5  # the window is real
+        assert behind["pulls"] == state["pulls"][:6]
+        monkeypatch.setattr(maspob_optimizer._Run, "_commit", real_commit)
+        resumed = run_job(world_job_config(tmp_path / "killed", server.base_url, method="maspob", **config),
+                          fast_runtime())
+    finally:
+        server.stop()
+    assert _state(tmp_path / "killed") == state
+    assert (without_keys(read_sealed(tmp_path / "killed" / "optimization.json"), VOLATILE)
+            == without_keys(read_sealed(tmp_path / "whole" / "optimization.json"), VOLATILE))
+    assert without_keys(resumed["selection"], VOLATILE) == without_keys(reference["selection"], VOLATILE)
+    assert resumed["test"] == reference["test"]
+    charged = [(a["candidate_id"], a["problem_id"], a["phase"], a["sample"])
+               for a in read_jsonl(tmp_path / "killed" / "optimization" / "attempts.jsonl") if a["charged"]]
+    assert len(charged) == len(set(charged)) == 40, "the resumed job paid for a rollout twice"
 
 
 @needs_extra
