@@ -101,7 +101,8 @@ class GATv2Surrogate:
     def fit(self, nodes: np.ndarray, targets: np.ndarray, *, seed: int) -> FitReport:
         from optimizers.maspob.autograd_training import fit as autograd_fit
         from optimizers.maspob.autograd_training import predict as autograd_predict
-        from optimizers.maspob import fast_gat, gat_kernel
+        import optimizers.maspob.fast_gat as fast_gat
+        import optimizers.maspob.gat_kernel as gat_kernel
 
         started = time.monotonic()
         s = self.settings
