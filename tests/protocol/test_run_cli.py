@@ -201,9 +201,13 @@ def test_ctrl_c_is_one_line_and_the_same_command_resumes(tmp_path: Path) -> None
     with ScriptedServer(Script([], default=SCRIPTED_ANSWER, latency_s=1.0)) as slow:
         env = {k: v for k, v in os.environ.items() if k != "HYDRA_FULL_ERROR"}
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+        # A job started from a shell has SIGINT at its default; a child inherits an *ignored*
+        # SIGINT (and Python then keeps ignoring it), so whatever state this test's process is in
+        # (another test, a runner, a library may have set SIG_IGN) must not reach the job.
         proc = subprocess.Popen([sys.executable, "-m", "optimizers.protocol.run", *args,
                                  "--task-endpoints", slow.base_url],
-                                cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         deadline = time.monotonic() + 60
         while not (tmp_path / "job" / "job.json").exists() and time.monotonic() < deadline:
             time.sleep(0.1)
