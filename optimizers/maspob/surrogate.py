@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from optimizers.maspob.graph import TeamGraph
-from optimizers.maspob.network import ENCODER_CAP, encoder_width, network
+from optimizers.maspob.network import ENCODER_CAP, encoder_width, initial_weights, network
 
 # The formulations of one training rule: compiled (default for one layer), numpy, torch autograd.
 TRAINERS = ("kernel", "fast", "autograd")
@@ -76,9 +76,9 @@ class GATv2Surrogate:
 
     One GATv2 layer (the default) trains with the compiled trainer (``gat_kernel``); deeper
     networks with the straightforward autograd formulation (``autograd_training``). ``trainer``
-    names another formulation of the same rule (``TRAINERS``), for comparisons and benchmarks. Both draw the
-    initial weights from the torch ``network.network`` under ``torch.manual_seed(seed)`` and
-    the dropout masks from ``fast_gat.DropoutMasks(seed)``."""
+    names another formulation of the same rule (``TRAINERS``), for comparisons and benchmarks. Both start
+    from the torch ``network.network``'s initial weights for ``torch.manual_seed(seed)``
+    (``initial_state``) and draw the dropout masks from ``fast_gat.DropoutMasks(seed)``."""
 
     def __init__(self, graph: TeamGraph, settings: GNNSettings | None = None, *, trainer: str | None = None) -> None:
         self.graph = graph
@@ -127,7 +127,16 @@ class GATv2Surrogate:
 
 
 def initial_state(width: int, settings: GNNSettings, seed: int) -> dict[str, np.ndarray]:
-    """The torch network's initial weights for ``seed`` (as numpy arrays, by parameter name)."""
+    """The torch network's initial weights for ``seed`` (as numpy arrays, by parameter name):
+    what ``network`` draws after ``torch.manual_seed(seed)``. The one-layer network's are drawn
+    on bare tensors from a private generator with that seed (``network.initial_weights``, the
+    same draws without building the module or reseeding torch's global generator); deeper ones
+    from the module itself."""
+    import torch
+
+    if settings.layers == 1:
+        weights = initial_weights(width, settings, torch.Generator().manual_seed(seed))
+        return {name: value.numpy() for name, value in weights.items()}
     from optimizers.maspob.autograd_training import deterministic_cpu
 
     with deterministic_cpu() as torch:

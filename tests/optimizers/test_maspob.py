@@ -283,6 +283,24 @@ def test_fisher_bonus_equals_the_dense_inverse() -> None:
     assert fisher.to_json()["rank_one_terms"] == [[0], [1], [2], [3]]
 
 
+def test_the_fisher_bonus_rounds_the_same_whatever_blas_threads_the_process_allows() -> None:
+    """A budget-600 job's Fisher matrix (120 pulls of 768-d features): OpenBLAS splits its
+    ``A @ A.T`` and its LU over the threads it may use and rounds differently when it does
+    (and a second thread spins between calls); the bonus runs on one thread, so every machine
+    gets the same bits."""
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    rng = np.random.default_rng(0)
+    rows, xs = rng.normal(size=(120, 768)), rng.normal(size=(20, 768))
+    results = []
+    for threads in (1, 4):
+        with threadpoolctl.threadpool_limits(threads, user_api="blas"):
+            fisher = FisherMatrix(768)
+            for i, row in enumerate(rows):
+                fisher.update(row, (i,))
+            results.append(fisher.quadratic(xs).tobytes())
+    assert results[0] == results[1]
+
+
 def _planted_table(seed: int = 3) -> tuple[FeatureTable, np.ndarray]:
     rng = np.random.default_rng(seed)
     roles = ("analyzer", "coder", "tester")
@@ -553,6 +571,31 @@ def test_gatv2_has_the_upstream_workflow_gat_layers() -> None:
     deeper = network(384, GNNSettings(layers=2))
     assert tuple(deeper.convs[1].lin_l.weight.shape) == (128, 128) and not deeper.convs[1].concat
     assert tuple(deeper.head[0].weight.shape) == (32, 32)
+
+
+@needs_extra
+@pytest.mark.parametrize(("width", "hidden", "heads"), [(384, 32, 4), (64, 8, 2), (10, 5, 3)])
+def test_initial_weights_are_the_networks_draws(width: int, hidden: int, heads: int) -> None:
+    """Every fit's initial weights are drawn on bare tensors (``network.initial_weights``) instead
+    of building the torch-geometric module: the same parameters, bit for bit, as ``network``
+    after ``torch.manual_seed(seed)``, and torch's global generator is left alone."""
+    import torch
+
+    from optimizers.maspob.surrogate import GNNSettings, initial_state, network
+
+    settings = GNNSettings(hidden=hidden, heads=heads)
+    for seed in (0, 1, 5042, 2**40 + 7):
+        torch.manual_seed(seed)
+        expected = {k: v.detach().numpy() for k, v in network(width, settings).state_dict().items()}
+        torch.manual_seed(99)
+        drawn = initial_state(width, settings, seed)
+        after = torch.rand(3)
+        torch.manual_seed(99)
+        assert torch.equal(after, torch.rand(3))  # the global stream did not move
+        assert sorted(drawn) == sorted(expected)
+        for name, value in expected.items():
+            assert drawn[name].dtype == value.dtype and drawn[name].shape == value.shape, name
+            assert drawn[name].tobytes() == value.tobytes(), (seed, name)
 
 
 # ------------------------------------------------------------------------------------------------
