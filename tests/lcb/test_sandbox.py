@@ -43,6 +43,22 @@ def test_both_launch_paths_run_tests_and_clean_up(use_fork_server):
     assert [e["outcome"] for e in run.of_kind("test")] == ["passed", "wrong_answer"]
 
 
+@pytest.mark.parametrize("use_fork_server", [True, False])
+def test_home_and_temp_point_at_the_job_folder_in_os_environ_and_the_process_environment(use_fork_server):
+    # the zygote sets them without os.environ.update (lcb/_child.py, _set_environment): both
+    # views must agree, and a child process (tempfile, a C library) must see the same
+    code = ("import ctypes, os, tempfile\n"
+            "libc = ctypes.CDLL(None)\nlibc.getenv.restype = ctypes.c_char_p\n"
+            "names = ('HOME', 'TMPDIR', 'TMP', 'TEMP')\n"
+            "print([os.environ[n] for n in names] == [libc.getenv(n.encode()).decode() for n in names])\n"
+            "print(len({os.environ[n] for n in names}), os.environ['HOME'] == os.path.realpath('.'),\n"
+            "      os.path.dirname(tempfile.mkstemp()[1]) == os.environ['TMPDIR'])\n"
+            "print(os.environ['LANG'], 'OPENAI_API_KEY' in os.environ)\n")
+    job = SandboxJob("exec", code, (("", ""),), guard=False)  # tempfile needs os.unlink
+    out = run_in_sandbox(job, use_fork_server=use_fork_server).of_kind("exec")[0]
+    assert out["stdout"] == "True\n1 True True\nC.UTF-8 False\n", out["stderr"]
+
+
 def test_working_folder_is_removed_afterwards():
     job = SandboxJob("exec", "import os\nprint(os.path.realpath('.'))\n", (("", ""),), guard=False)
     folder = run_in_sandbox(job).of_kind("exec")[0]["stdout"].strip()
@@ -112,6 +128,23 @@ def test_threads_work_in_a_test_process():
             "print(total, flush=True)\n")
     run = run_in_sandbox(SandboxJob("stdin", code, (("10\n", "285\nlate"), ("3\n", "5\nlate"), ("4\n", "14\nlate"))))
     assert [e["outcome"] for e in run.of_kind("test")] == ["passed"] * 3
+
+
+def test_a_late_non_daemon_thread_is_joined_at_exit():
+    # Without concurrent.futures (which registers a threading atexit hook): the test process
+    # joins threads only where the program started one (lcb/_child.py, _finish_like_python),
+    # and this one is, before stdout is flushed, as under `python main.py`.
+    code = ("import threading, time\n"
+            "def late():\n"
+            "    time.sleep(0.1)\n"
+            "    print('late')\n"
+            "threading.Thread(target=late).start()\n"
+            "print(input())\n")
+    run = run_in_sandbox(SandboxJob("stdin", code, (("1\n", "1\nlate"), ("2\n", "2\nlate"))))
+    assert [e["outcome"] for e in run.of_kind("test")] == ["passed"] * 2
+    daemon = code.replace("target=late)", "target=late, daemon=True)")  # control: not joined, lost
+    run = run_in_sandbox(SandboxJob("stdin", daemon, (("1\n", "1\nlate"),)))
+    assert [e["outcome"] for e in run.of_kind("test")] == ["wrong_answer"]
 
 
 def test_each_running_program_keeps_to_a_cpu_of_its_own():
