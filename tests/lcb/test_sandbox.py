@@ -59,6 +59,22 @@ def test_home_and_temp_point_at_the_job_folder_in_os_environ_and_the_process_env
     assert out["stdout"] == "True\n1 True True\nC.UTF-8 False\n", out["stderr"]
 
 
+def test_ran_events_carry_how_each_test_ended():
+    # the zygote formats the common "ran" line itself (lcb/_child.py, _Emitter.ran): it must be
+    # the JSON the harness reads, for a clean exit, a signal and a test that said something
+    code = ("import signal, sys\nn = int(input())\n"
+            "if n == 1:\n    signal.raise_signal(signal.SIGTERM)\n"
+            "if n == 2:\n    raise ValueError('no')\nprint(n)\n")
+    run = run_in_sandbox(SandboxJob("stdin", code, (("0\n", "0"), ("1\n", "1"), ("2\n", "2"))))
+    ran = run.of_kind("ran")
+    assert [e["index"] for e in ran] == [0, 1, 2] and all(e["state"] == "exit" for e in ran)
+    assert all(isinstance(e["wall_s"], float) and isinstance(e["cpu_s"], float) and e["cpu_s"] > 0 for e in ran)
+    assert (ran[0]["exit_code"], ran[0]["info"]) == (0, {}) and "signal" not in ran[0]
+    assert (ran[1]["signal"], ran[1]["info"]) == (signal.SIGTERM, {}) and "exit_code" not in ran[1]
+    assert ran[2]["exit_code"] == 1 and ran[2]["info"]["exc"] == "ValueError"
+    assert [e["outcome"] for e in run.of_kind("test")] == ["passed", "runtime_error", "runtime_error"]
+
+
 def test_working_folder_is_removed_afterwards():
     job = SandboxJob("exec", "import os\nprint(os.path.realpath('.'))\n", (("", ""),), guard=False)
     folder = run_in_sandbox(job).of_kind("exec")[0]["stdout"].strip()
