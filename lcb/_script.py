@@ -18,11 +18,18 @@ that the official wrapping breaks:
   ``eval``/``exec``, ``import __main__``, pickling) run unwrapped, as plain scripts.
 
 Syntax errors are those of the plain script: the source is compiled as a module first.
+
+Only where the module's own code loops (a ``for`` or ``while`` outside every function): elsewhere
+each top-level statement runs once, names looked up once cost nothing worth saving, and the
+program runs as the plain script. That is most programs (``def main(): ...`` then ``main()``),
+and for them the syntax tree is never built: in a freshly forked process its machinery costs
+about a millisecond (memory pages first written there), several times the compile itself.
 """
 
 from __future__ import annotations
 
 import ast
+import opcode
 import types
 
 WRAPPER = "_lcb_main_"
@@ -31,6 +38,17 @@ _SCOPE_READERS = frozenset({"globals", "locals", "vars", "dir", "eval", "exec", 
                             "breakpoint"})
 _SCOPE_MODULES = frozenset({"__main__", "pickle", "_pickle", "cPickle", "dill", "cloudpickle",
                             "multiprocessing", "concurrent", "copyreg", "shelve", "inspect"})
+
+
+# Every loop's back edge is one of these (3.11: JUMP_BACKWARD, its no-interrupt form, and the
+# backward conditional jumps a `while` may end with); later versions have fewer of them.
+_BACKWARD_JUMPS = frozenset(code for name, code in opcode.opmap.items() if "JUMP_BACKWARD" in name)
+
+
+def _loops_at_top_level(code: types.CodeType) -> bool:
+    """Whether the module's own bytecode (not its functions', classes' or comprehensions')
+    jumps backwards: only a loop does. Opcodes are the even bytes of the word code."""
+    return not _BACKWARD_JUMPS.isdisjoint(code.co_code[::2])
 
 
 def _reads_module_scope(tree: ast.Module) -> bool:
@@ -131,7 +149,7 @@ def compile_program(source: str, filename: str, *, known_names: frozenset[str] =
     a top-level binding of one of them is seeded with that value. Returns (code, wrapped).
     """
     plain = compile(source, filename, "exec", dont_inherit=True)
-    if not wrap:
+    if not wrap or not _loops_at_top_level(plain):
         return plain, False
     try:
         tree = ast.parse(source, filename)

@@ -222,6 +222,45 @@ def test_top_level_names_are_fast_locals():
     assert "total" not in code.co_names  # not a module global
 
 
+@pytest.mark.parametrize("source", [
+    "return\n", "if True:\n    return 5\n", "for i in range(3):\n    yield i\n", "x = yield\n",
+    "while True:\n    x = yield\n", "[x for x in (yield)]\n", "@(yield)\ndef f():\n    pass\n",
+    "def f(x=(yield)):\n    pass\n", "g = lambda x=(yield): 0\n", "await f()\n",
+    "for i in range(3):\n    pass\nfrom __future__ import annotations\n",
+])
+def test_scripts_python_refuses_stay_refused(source):
+    """A function body accepts these (wrapped, a top-level ``yield`` would even make the program
+    a generator that never runs); a script does not, so neither does the grader: the same
+    error as ``python main.py``."""
+    with pytest.raises(SyntaxError) as plain:
+        compile(source, "main.py", "exec", dont_inherit=True)
+    with pytest.raises(SyntaxError) as ours:
+        _compiled(source)
+    assert str(ours.value) == str(plain.value)
+    # control: the same statements inside a function compile, wrapped or not
+    compile("async def _f():\n" + "".join(f"    {line}\n" for line in source.splitlines() if "__future__" not in line),
+            "main.py", "exec", dont_inherit=True)
+
+
+@pytest.mark.parametrize("source", [
+    "def main():\n    total = 0\n    for i in range(10):\n        total += i\n    print(total)\nmain()\n",
+    "n = int(input())\nprint(sum(i * i for i in range(n)))\n", "x = [i for i in range(9)]\nprint(x)\n",
+    "import sys\ndef solve():\n    while True:\n        break\nif __name__ == '__main__':\n    solve()\n",
+])
+def test_top_level_code_without_a_loop_runs_as_the_plain_script(source):
+    """Each top-level statement runs once (the loops are in functions or comprehensions):
+    nothing to gain from fast locals, so no syntax tree is built and the script is the plain one."""
+    code, wrapped = _compiled(source)
+    assert not wrapped and code.co_code == compile(source, "main.py", "exec", dont_inherit=True).co_code
+
+
+@pytest.mark.parametrize("loop", ["for i in range(3):\n    s = i\n", "i = 0\nwhile i < 3:\n    i += 1\n",
+                                  "while True:\n    if input():\n        break\n", "if True:\n    for c in 'ab':\n        pass\n"])
+def test_any_top_level_loop_is_wrapped(loop):
+    code, wrapped = _compiled("from __future__ import annotations\n" + loop + "print(1)\n")
+    assert wrapped, loop
+
+
 def test_scripts_that_need_module_scope_are_not_wrapped():
     for source in ("x = 1\nprint(globals()['x'])\n", "import pickle\nprint(1)\n", "from math import *\n",
                    # found in nested scopes, dotted imports and attributes too
