@@ -10,6 +10,12 @@ built-in problem are its correct and wrong answers. The first gym's worlds use t
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import lru_cache
+from types import MappingProxyType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from lcb.problem import Problem
 
 TEAM_SIZE = 2  # the smallest team of every topology: cheap rollouts, still two roles where roles exist
 
@@ -28,10 +34,17 @@ def components_of(topology: str) -> tuple[str, ...]:
     return (main,) if main == other else (main, other)
 
 
-def builtin_problems() -> tuple[str, ...]:
+@lru_cache(maxsize=1)
+def _builtins() -> Mapping[str, Problem]:
+    """The built-in problems by id, loaded once per process (decoding their hidden tests cost
+    ~10 ms, and a job asked for them once per synthetic problem it touched). Problems are frozen."""
     from lcb.data import load_problems
 
-    return tuple(p.id for p in load_problems("builtin").problems)
+    return MappingProxyType({p.id: p for p in load_problems("builtin").problems})
+
+
+def builtin_problems() -> tuple[str, ...]:
+    return tuple(_builtins())
 
 
 CASE = "~"
@@ -53,10 +66,7 @@ class GymProblems(dict):  # type: ignore[type-arg]
     def __missing__(self, problem_id: str):  # noqa: ANN204 - a Problem
         import dataclasses
 
-        from lcb.data import load_problems
-
-        builtins = {p.id: p for p in load_problems("builtin").problems}
-        base = builtins[base_problem(problem_id)]
+        base = _builtins()[base_problem(problem_id)]
         problem = base if problem_id == base.id else dataclasses.replace(
             base, id=problem_id, statement=f"{case_line(problem_id)}\n{base.statement}")
         self[problem_id] = problem

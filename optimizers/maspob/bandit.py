@@ -51,8 +51,12 @@ class FeatureTable:
         return self.width * len(self.roles)
 
     def nodes(self, combinations: Sequence[Combination]) -> np.ndarray:
-        """(m, roles, width): the node features of each combination's team graph."""
-        return np.stack([np.stack([self.tables[r][i] for r, i in enumerate(c)]) for c in combinations])
+        """(m, roles, width): the node features of each combination's team graph (one gather per
+        role: every sweep and fit asks for tens of combinations)."""
+        if not len(combinations):
+            raise ValueError("no combinations to look up")
+        index = np.asarray(combinations, dtype=np.intp).reshape(len(combinations), len(self.roles))
+        return np.stack([table[index[:, r]] for r, table in enumerate(self.tables)], axis=1)
 
     def features(self, combinations: Sequence[Combination]) -> np.ndarray:
         return self.nodes(combinations).reshape(len(combinations), self.dimension)

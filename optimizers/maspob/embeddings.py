@@ -24,9 +24,12 @@ MODEL_SHA256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db
 DIMENSION = 384
 DECIMALS = 6  # stored precision: far below what moves a surrogate, and stable across processes
 
+REMEMBERED_LISTS = 32  # embedded lists kept per process (a gym instance's pools: <= 2 roles x 4 worlds)
+
 _lock = threading.Lock()
 _verified: dict[tuple[str, int, int], bool] = {}
 _encoders: dict[tuple[str, int], Any] = {}
+_embedded: dict[tuple[tuple[str, ...], int], tuple[tuple[float, ...], ...]] = {}
 
 
 class EncoderIntegrityError(RuntimeError):
@@ -91,13 +94,32 @@ def encoder(max_seq_length: int) -> Any:
 
 
 def embed(texts: Sequence[str], *, max_seq_length: int = 512) -> list[list[float]]:
-    """Unit-length embeddings of ``texts`` (rounded to ``DECIMALS``)."""
+    """Unit-length embeddings of ``texts`` (rounded to ``DECIMALS``).
+
+    A list embedded before in this process is served from memory: the encoder is deterministic
+    (one thread, fixed weights), so it is the same result, and a gym worker embeds each pool
+    up to three times (the budgets of one instance share it), at ~1 s of CPU per role. Only
+    whole lists are remembered: a text's vector depends in its last bits on the batch it was
+    padded with."""
     if not texts:
         return []
+    key = (tuple(texts), max_seq_length)
+    with _lock:
+        known = _embedded.get(key)
+    if known is None:
+        known = _encode(list(texts), max_seq_length)
+        with _lock:
+            _embedded[key] = known
+            while len(_embedded) > REMEMBERED_LISTS:
+                del _embedded[next(iter(_embedded))]  # the oldest
+    return [list(row) for row in known]
+
+
+def _encode(texts: list[str], max_seq_length: int) -> tuple[tuple[float, ...], ...]:
     from optimizers.maspob.threads import one_torch_thread
 
     model = encoder(max_seq_length)
     with one_torch_thread():  # a second thread only spins at this size (the same vectors: see threads)
-        vectors = model.encode(list(texts), batch_size=16, normalize_embeddings=True, convert_to_numpy=True,
+        vectors = model.encode(texts, batch_size=16, normalize_embeddings=True, convert_to_numpy=True,
                                show_progress_bar=False)
-    return [[round(float(v), DECIMALS) for v in row] for row in vectors]
+    return tuple(tuple(round(float(v), DECIMALS) for v in row) for row in vectors)

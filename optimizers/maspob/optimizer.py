@@ -152,6 +152,10 @@ class MinibatchStream:
         return order[offset], passes
 
 
+def _compact(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
 @register_optimizer("maspob")
 class MASPOBOptimizer(Optimizer):
     # 2: the upstream WorkflowGAT surrogate (encoder MLP, attention dropout, ReLU, MLP head,
@@ -200,6 +204,7 @@ class _Run:
         self.search: BanditSearch | None = None
         self._committed: tuple[Combination, float] | None = None
         self._identity: dict[str, Any] | None = None
+        self._pull_texts: list[tuple[Pull, str]] = []  # each pull's JSON in the state, as last written
 
     @property
     def minibatch(self) -> int:
@@ -344,10 +349,19 @@ class _Run:
         pure-Python encoder (compact ones run the C encoder), which made this quadratic cost
         seconds of a budget-600 job."""
         assert self.search is not None
-        state = {"identity": self._state_identity(), "pulls": [q.to_json() for q in self.pulls],
-                 "fisher": self.search.fisher.to_json()}
-        write_text_atomic(self.ctx.state_path(STATE_NAME),
-                          json.dumps(state, sort_keys=True, separators=(",", ":"), ensure_ascii=False) + "\n")
+        # The text json.dumps(state, sort_keys=True) gives for {"fisher", "identity", "pulls"}, put
+        # together from pieces so that a pull already written is not encoded again (pulls only
+        # grow; _commit may replace the last one, whose text is then redone).
+        texts = self._pull_texts
+        del texts[len(self.pulls):]
+        for i, pull in enumerate(self.pulls):
+            if i == len(texts):
+                texts.append((pull, _compact(pull.to_json())))
+            elif texts[i][0] is not pull:
+                texts[i] = (pull, _compact(pull.to_json()))
+        text = (f'{{"fisher":{_compact(self.search.fisher.to_json())},"identity":{_compact(self._state_identity())},'
+                f'"pulls":[{",".join(t for _, t in texts)}]}}\n')
+        write_text_atomic(self.ctx.state_path(STATE_NAME), text)
         self._save_timing()
 
     def _annotate(self, row: dict[str, Any], pull: Pull) -> None:

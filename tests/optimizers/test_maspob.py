@@ -623,6 +623,27 @@ def test_the_bundled_encoder_is_the_published_model_and_embeds_offline() -> None
     assert os.environ["HF_HUB_OFFLINE"] == "1"
 
 
+@needs_extra
+def test_a_list_embedded_before_is_served_from_memory_with_the_same_vectors(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A gym worker embeds an instance's pool once for its three budgets: the whole list is
+    remembered (a text alone would round differently: it is padded with other texts in a
+    batch), and what a caller does to its copy does not reach the memory."""
+    import optimizers.maspob.embeddings as embeddings
+
+    texts = ["print the sum of the numbers", "sort the intervals, then merge them", "a third, longer prompt " * 9]
+    first = embeddings.embed(texts)
+    first[0][0] = 99.0
+    encoded = []
+    monkeypatch.setattr(embeddings, "_encode", lambda *a: encoded.append(a) or ((0.0,),))
+    again = embeddings.embed(texts)
+    assert not encoded and again[0][0] != 99.0
+    monkeypatch.undo()
+    monkeypatch.setattr(embeddings, "_embedded", {})
+    assert embeddings.embed(texts) == again  # encoded afresh: the same vectors, bit for bit
+    embeddings.embed(texts[:2])
+    assert len(embeddings._embedded) == 2  # another list is its own entry
+
+
 # ------------------------------------------------------------------------------------------------
 # Whole jobs on the scripted world
 
@@ -811,6 +832,8 @@ def test_the_state_is_written_once_per_pull_compactly_and_a_kill_before_that_wri
         assert len(state["pulls"]) == 8 and writes.count("maspob.json") == 8  # once per pull, not twice
         text = (tmp_path / "whole" / "optimization" / "native" / "maspob.json").read_text()
         assert "\n" not in text.rstrip("\n") and json.loads(text) == state  # compact, same content
+        # Put together from per-pull pieces, it is exactly the one sorted, compact dump of the state.
+        assert text == json.dumps(state, sort_keys=True, separators=(",", ":"), ensure_ascii=False) + "\n"
 
         commits = 0
         real_commit = maspob_optimizer._Run._commit
@@ -836,6 +859,7 @@ def test_the_state_is_written_once_per_pull_compactly_and_a_kill_before_that_wri
     finally:
         server.stop()
     assert _state(tmp_path / "killed") == state
+    assert (tmp_path / "killed" / "optimization" / "native" / "maspob.json").read_text() == text
     assert (without_keys(read_sealed(tmp_path / "killed" / "optimization.json"), VOLATILE)
             == without_keys(read_sealed(tmp_path / "whole" / "optimization.json"), VOLATILE))
     assert without_keys(resumed["selection"], VOLATILE) == without_keys(reference["selection"], VOLATILE)

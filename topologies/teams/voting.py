@@ -15,8 +15,12 @@ from __future__ import annotations
 import ast
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 
+# A pure function of the text. Replicas often submit the very same program (and a scripted model
+# in the gym always does), and parsing plus dumping a tree is most of a replica team's vote.
+@lru_cache(maxsize=256)
 def normalize_program(code: str) -> str:
     """The vote key: the program's syntax tree (no positions), or its collapsed text if it
     does not parse."""
