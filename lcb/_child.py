@@ -1036,7 +1036,10 @@ def _prepare_once_for_all_zygotes() -> None:
         _BRIDGE.append(_isolate.bridge_for_unprivileged(_SYSTEM_READABLE[0]))
         _isolate.unprivileged_id(0)  # reads the uid map once
     _isolate.last_capability()  # reads the kernel's number once
-    _seccomp.packed(base=True, sockets_paired_only=True)  # the default filter, assembled once
+    _seccomp.prepared(base=True, sockets_paired_only=True)  # the default filter, assembled once
+    if _LANDLOCK_ABI:  # the rules for the system's paths, with descriptors, made once (after the bridge)
+        folders, files = _SYSTEM_READABLE
+        _landlock.prepare(_landlock.read_rules(folders, files) + _landlock.write_rules("", _LANDLOCK_ABI)[1:])
 
 
 def serve(sock_fd: int) -> None:
