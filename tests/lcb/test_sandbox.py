@@ -43,6 +43,38 @@ def test_both_launch_paths_run_tests_and_clean_up(use_fork_server):
     assert [e["outcome"] for e in run.of_kind("test")] == ["passed", "wrong_answer"]
 
 
+@pytest.mark.parametrize("use_fork_server", [True, False])
+def test_home_and_temp_point_at_the_job_folder_in_os_environ_and_the_process_environment(use_fork_server):
+    # the zygote sets them without os.environ.update (lcb/_child.py, _set_environment): both
+    # views must agree, and a child process (tempfile, a C library) must see the same
+    code = ("import ctypes, os, tempfile\n"
+            "libc = ctypes.CDLL(None)\nlibc.getenv.restype = ctypes.c_char_p\n"
+            "names = ('HOME', 'TMPDIR', 'TMP', 'TEMP')\n"
+            "print([os.environ[n] for n in names] == [libc.getenv(n.encode()).decode() for n in names])\n"
+            "print(len({os.environ[n] for n in names}), os.environ['HOME'] == os.path.realpath('.'),\n"
+            "      os.path.dirname(tempfile.mkstemp()[1]) == os.environ['TMPDIR'])\n"
+            "print(os.environ['LANG'], 'OPENAI_API_KEY' in os.environ)\n")
+    job = SandboxJob("exec", code, (("", ""),), guard=False)  # tempfile needs os.unlink
+    out = run_in_sandbox(job, use_fork_server=use_fork_server).of_kind("exec")[0]
+    assert out["stdout"] == "True\n1 True True\nC.UTF-8 False\n", out["stderr"]
+
+
+def test_ran_events_carry_how_each_test_ended():
+    # the zygote formats the common "ran" line itself (lcb/_child.py, _Emitter.ran): it must be
+    # the JSON the harness reads, for a clean exit, a signal and a test that said something
+    code = ("import signal, sys\nn = int(input())\n"
+            "if n == 1:\n    signal.raise_signal(signal.SIGTERM)\n"
+            "if n == 2:\n    raise ValueError('no')\nprint(n)\n")
+    run = run_in_sandbox(SandboxJob("stdin", code, (("0\n", "0"), ("1\n", "1"), ("2\n", "2"))))
+    ran = run.of_kind("ran")
+    assert [e["index"] for e in ran] == [0, 1, 2] and all(e["state"] == "exit" for e in ran)
+    assert all(isinstance(e["wall_s"], float) and isinstance(e["cpu_s"], float) and e["cpu_s"] > 0 for e in ran)
+    assert (ran[0]["exit_code"], ran[0]["info"]) == (0, {}) and "signal" not in ran[0]
+    assert (ran[1]["signal"], ran[1]["info"]) == (signal.SIGTERM, {}) and "exit_code" not in ran[1]
+    assert ran[2]["exit_code"] == 1 and ran[2]["info"]["exc"] == "ValueError"
+    assert [e["outcome"] for e in run.of_kind("test")] == ["passed", "runtime_error", "runtime_error"]
+
+
 def test_working_folder_is_removed_afterwards():
     job = SandboxJob("exec", "import os\nprint(os.path.realpath('.'))\n", (("", ""),), guard=False)
     folder = run_in_sandbox(job).of_kind("exec")[0]["stdout"].strip()
@@ -112,6 +144,23 @@ def test_threads_work_in_a_test_process():
             "print(total, flush=True)\n")
     run = run_in_sandbox(SandboxJob("stdin", code, (("10\n", "285\nlate"), ("3\n", "5\nlate"), ("4\n", "14\nlate"))))
     assert [e["outcome"] for e in run.of_kind("test")] == ["passed"] * 3
+
+
+def test_a_late_non_daemon_thread_is_joined_at_exit():
+    # Without concurrent.futures (which registers a threading atexit hook): the test process
+    # joins threads only where the program started one (lcb/_child.py, _finish_like_python),
+    # and this one is, before stdout is flushed, as under `python main.py`.
+    code = ("import threading, time\n"
+            "def late():\n"
+            "    time.sleep(0.1)\n"
+            "    print('late')\n"
+            "threading.Thread(target=late).start()\n"
+            "print(input())\n")
+    run = run_in_sandbox(SandboxJob("stdin", code, (("1\n", "1\nlate"), ("2\n", "2\nlate"))))
+    assert [e["outcome"] for e in run.of_kind("test")] == ["passed"] * 2
+    daemon = code.replace("target=late)", "target=late, daemon=True)")  # control: not joined, lost
+    run = run_in_sandbox(SandboxJob("stdin", daemon, (("1\n", "1\nlate"),)))
+    assert [e["outcome"] for e in run.of_kind("test")] == ["wrong_answer"]
 
 
 def test_each_running_program_keeps_to_a_cpu_of_its_own():

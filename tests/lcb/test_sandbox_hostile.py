@@ -14,6 +14,7 @@ from lcb._landlock import abi_version
 from lcb.grading import grade
 from lcb.problem import Problem, TestCase
 from lcb.problem import TestKind as Kind
+from lcb.sandbox import SandboxJob, run_in_sandbox
 from lcb.verdict import Outcome
 
 
@@ -78,6 +79,20 @@ def test_detached_grandchild_is_killed():
     code = ("import posix, time\nif posix.fork() == 0:\n    import ctypes\n"
             "    ctypes.CDLL(None).setsid()\n    time.sleep(100)\nprint(1)\n")
     assert run(code, expected="1").solved
+
+
+def test_a_test_leaves_nothing_running_for_the_next():
+    # a detached grandchild of the first test would write a file during the second one; the
+    # zygote kills every process left in its namespace after each test (lcb/_child.py)
+    code = ("import os, posix, time\n"
+            "if input() == 'first':\n"
+            "    if posix.fork() == 0:\n"
+            "        import ctypes\n        ctypes.CDLL(None).setsid()\n        time.sleep(0.3)\n"
+            "        open('late.txt', 'w').write('x')\n        posix._exit(0)\n"
+            "    print('ok')\n"
+            "else:\n    time.sleep(0.8)\n    print('present' if os.path.exists('late.txt') else 'absent')\n")
+    job = SandboxJob("stdin", code, (("first\n", "ok"), ("second\n", "absent")), timeout_s=5.0)
+    assert [e["outcome"] for e in run_in_sandbox(job).of_kind("test")] == ["passed", "passed"]
 
 
 def test_ten_gigabyte_allocation():
