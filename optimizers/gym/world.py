@@ -56,6 +56,8 @@ from functools import cached_property
 from optimizers.gym.draws import OMIT_DEFAULT, Channel, unit_draw
 from optimizers.gym.lexicon import EXCESS, LACK, Lexicon, lexicon
 
+CONFIGURATIONS_REMEMBERED = 4096  # per world: far more candidates than a budget-600 job makes
+
 PROTOCOL_PREFIX = "protocol/"
 
 
@@ -194,6 +196,21 @@ class World:
     ) -> Configuration:
         """The facts and distractors ``components`` carry; a role that does not act (masked out)
         contributes nothing. Protocol parts act whenever the team runs."""
+        # A pure function of its arguments (the world is frozen), asked again for every rollout
+        # of a candidate: remembered per world, with a bound for worlds that live long.
+        key = (frozenset(components.items()), None if active_roles is None else frozenset(active_roles))
+        known = self._configurations.get(key)
+        if known is None:
+            if len(self._configurations) >= CONFIGURATIONS_REMEMBERED:
+                self._configurations.clear()
+            known = self._configurations[key] = self._configuration(components, active_roles)
+        return known
+
+    @cached_property
+    def _configurations(self) -> dict[tuple[frozenset[tuple[str, str]], frozenset[str] | None], Configuration]:
+        return {}
+
+    def _configuration(self, components: Mapping[str, str], active_roles: Collection[str] | None) -> Configuration:
         lex = self.lex
         facts = frozenset(f.id for f in self.facts if self._acts(f.home, active_roles)
                           and lex.present(f.concept, components.get(f.home, "")))

@@ -140,6 +140,25 @@ def test_an_edit_in_other_words_counts_and_a_symptom_pasted_into_a_prompt_does_n
     assert fact.id not in world.configuration({fact.home: pasted}).facts
 
 
+def test_a_configuration_asked_again_is_the_same_and_a_mask_is_its_own_question() -> None:
+    """The world remembers configurations (every rollout of a candidate asks again): the
+    remembered answer depends on the whole text of every component and on the mask."""
+    world = make_world("credit-sequential@2")
+    seed, _, _ = seed_candidate(world)
+    fact = next(f for f in world.facts if f.id in world.optimum().facts and f.id not in world.seed_facts)
+    edited = {**seed.components, fact.home: seed.components[fact.home] + "\n" + world.text(fact.concept)}
+    before = world.configuration(seed.components)
+    assert fact.id in world.configuration(edited).facts and fact.id not in before.facts
+    assert world.configuration(dict(seed.components)) == before
+    home_role = fact.home.partition("/")[2]
+    others = {c.partition("/")[2] for c in world.components} - {home_role}
+    masked = world.configuration(edited, active_roles=others)
+    assert fact.id not in masked.facts  # its home role does not act
+    assert fact.id in world.configuration(edited).facts and fact.id not in world.configuration(edited, active_roles=others).facts
+    fresh = make_world("credit-sequential@2")  # nothing remembered: the same answers
+    assert fresh.configuration(edited, active_roles=others) == masked and fresh.configuration(seed.components) == before
+
+
 def test_the_reflector_acts_on_what_it_reads_through_a_noisy_channel() -> None:
     channel = Channel(fix_rate=0.6, garble_rate=0.1, paraphrase=True)
     concept = LEX.concepts[7]
