@@ -73,6 +73,12 @@ def test_ran_events_carry_how_each_test_ended():
     assert (ran[1]["signal"], ran[1]["info"]) == (signal.SIGTERM, {}) and "exit_code" not in ran[1]
     assert ran[2]["exit_code"] == 1 and ran[2]["info"]["exc"] == "ValueError"
     assert [e["outcome"] for e in run.of_kind("test")] == ["passed", "runtime_error", "runtime_error"]
+    # the zygote's and the server's other events
+    started, confined = run.of_kind("started"), run.of_kind("confined")
+    assert len(started) == 1 and isinstance(started[0]["pid"], int) and started[0]["pid"] > 1
+    assert len(confined) == 1 and tuple(confined[0]["layers"]) == run.layers and run.layers
+    assert isinstance(confined[0]["landlock"], bool) and confined[0]["landlock"] == run.landlock
+    assert [e["wrapped"] for e in run.of_kind("ready")] == [False] and run.finished and not run.error
 
 
 def test_working_folder_is_removed_afterwards():
