@@ -249,14 +249,19 @@ def drop_bounding_set() -> bool:
     return all(_libc.prctl(_PR_CAPBSET_DROP, cap, 0, 0, 0) == 0 for cap in range(last_capability() + 1))
 
 
+# capset's arguments, made at import (the fork server's): a zygote only passes them on. Building
+# them there touched ~50 memory pages of ctypes' machinery per program (each a copy after fork).
+_CAPSET_NR = _SYS_CAPSET.get(platform.machine())
+_CAPSET_HEADER = (ctypes.c_uint32 * 2)(_LINUX_CAPABILITY_VERSION_3, 0)
+_CAPSET_DATA = (ctypes.c_uint32 * 6)()  # two {effective, permitted, inheritable} words, all zero
+
+
 def clear_capabilities() -> bool:
     """No effective, permitted, inheritable or ambient capabilities; ``no_new_privs``."""
     _libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)
-    number = _SYS_CAPSET.get(platform.machine())
-    if number is not None:
-        header = (ctypes.c_uint32 * 2)(_LINUX_CAPABILITY_VERSION_3, 0)
-        data = (ctypes.c_uint32 * 6)()  # two {effective, permitted, inheritable} words, all zero
-        _libc.syscall(number, header, data)
+    if _CAPSET_NR is not None:
+        _CAPSET_HEADER[0], _CAPSET_HEADER[1] = _LINUX_CAPABILITY_VERSION_3, 0  # the kernel may rewrite it
+        _libc.syscall(_CAPSET_NR, _CAPSET_HEADER, _CAPSET_DATA)
     return _libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0
 
 

@@ -140,6 +140,10 @@ class _Program(ctypes.Structure):  # struct sock_fprog
 
 _PACKED: dict[tuple[bool, bool], bytes | None] = {}
 _LIBC: list = []
+# The filter as the kernel reads it, in C memory, with its struct sock_fprog: made by the fork
+# server (``prepared``) for the zygotes to pass on. Building them in a freshly forked zygote
+# touched ~100 memory pages (each a copy) of ctypes' machinery, per program.
+_PROGRAMS: dict[tuple[bool, bool], tuple] = {}
 
 
 def packed(*, base: bool = True, sockets_paired_only: bool = False) -> bytes | None:
@@ -152,17 +156,29 @@ def packed(*, base: bool = True, sockets_paired_only: bool = False) -> bytes | N
     return _PACKED[key]
 
 
-def install(*, base: bool = True, sockets_paired_only: bool = False) -> bool:
-    """Install the filter on the calling process (and so on all it forks); False if unavailable."""
-    data = packed(base=base, sockets_paired_only=sockets_paired_only)
-    if data is None:
-        return False
-    try:
+def prepared(*, base: bool = True, sockets_paired_only: bool = False) -> tuple | None:
+    """(libc, filter buffer, struct sock_fprog) for the filter; None if unsupported or empty.
+    Made once per process: the fork server makes the default one, its zygotes inherit it."""
+    key = (base, sockets_paired_only)
+    if key not in _PROGRAMS:
+        data = packed(base=base, sockets_paired_only=sockets_paired_only)
+        if data is None:
+            return None
         if not _LIBC:
             _LIBC.append(ctypes.CDLL(None, use_errno=True))
-        libc = _LIBC[0]
         filters = ctypes.create_string_buffer(data, len(data))
         prog = _Program(len(data) // 8, ctypes.addressof(filters))  # 8 bytes per instruction
+        _PROGRAMS[key] = (_LIBC[0], filters, prog)
+    return _PROGRAMS[key]
+
+
+def install(*, base: bool = True, sockets_paired_only: bool = False) -> bool:
+    """Install the filter on the calling process (and so on all it forks); False if unavailable."""
+    try:
+        ready = prepared(base=base, sockets_paired_only=sockets_paired_only)
+        if ready is None:
+            return False
+        libc, _filters, prog = ready
         if libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
             return False
         return libc.prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0) == 0
