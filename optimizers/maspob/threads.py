@@ -3,11 +3,12 @@
 MASPOB's matrices are small (a Fisher inner matrix of at most a few hundred pulls, a surrogate
 of a few thousand weights, 20 prompts per role through MiniLM), so more threads do no useful
 work: OpenBLAS and torch's OpenMP pool split an operation and then let the idle threads spin,
-waiting for the next call, and the spinning counts as the job's CPU (in a budget-600 gym job on
-two cores it was about a third of the job: the encoder took 2.4 s of CPU per role with two
-threads, 0.9 s with one). The split also depends on how many cores the machine has, and a few
-routines (``syrk`` behind ``A @ A.T``, the LU behind ``inv``) round differently when split: one
-thread gives the same numbers on every machine.
+waiting for the next call, and the spinning counts as the job's CPU (in a budget-600 credit gym
+job on two cores the idle BLAS thread burned ~5 s of 25 s, more under load; the encoder took
+2.4 s of CPU per role with two threads, 0.9 s with one). The split also depends on how many
+cores the machine has, and a few routines (``syrk`` behind ``A @ A.T``, the LU behind ``inv``)
+round differently when split: one thread gives the same numbers on every machine (the gym's
+parallel workers already ran with ``OMP_NUM_THREADS=1``, so this is what its full run computed).
 """
 
 from __future__ import annotations
