@@ -325,8 +325,9 @@ def _finish_like_python(exit_code: int) -> None:
     threading atexit hook (concurrent.futures). Called regardless, it touches ~60 memory pages
     of this freshly forked process, each a copy: 0.15 ms per test for the many programs that
     start none."""
-    locks = threading._shutdown_locks
-    if threading._threading_atexits or len(locks) > (getattr(threading._main_thread, "_tstate_lock", None) in locks):
+    locks, hooks = getattr(threading, "_shutdown_locks", None), getattr(threading, "_threading_atexits", None)
+    main = getattr(getattr(threading, "_main_thread", None), "_tstate_lock", None)
+    if locks is None or hooks is None or hooks or len(locks) > (main in locks):  # (unknown internals: always)
         try:
             threading._shutdown()
         except BaseException:

@@ -1,8 +1,9 @@
 """Grade a program on a problem's tests, with LiveCodeBench's official semantics.
 
 Stdin tests run the program as a real script (real stdin file, ``__main__``, ``sys.stdin.buffer``,
-``global`` all behave as under ``python main.py``; its top-level statements run as a function
-body, so they are as fast as under the official wrapping: lcb/_script.py) and pass iff it exits
+``global`` all behave as under ``python main.py``; where the module's own code loops, its top-level
+statements run as a function body, so they are as fast as under the official wrapping:
+lcb/_script.py) and pass iff it exits
 0 and its stdout matches by the official comparator (lcb/compare.py). Functional tests call
 ``Solution().<fn_name>`` or the top-level function, with one JSON value per input line as
 positional arguments; a returned tuple becomes a list; pass iff ``==`` the JSON-decoded expected

@@ -178,8 +178,8 @@ class SandboxJob:
     layers (lcb/_isolate.py, lcb/_seccomp.py) the same way: off only to show, in tests, what each
     one stops. ``timings``: the zygote and the harness report where they spend their time (for
     ``benchmarks/perf/grading_speed.py --breakdown``).
-    ``wrap_top_level``: stdin programs' top-level statements run as a function body (fast
-    locals, as officially; see lcb/_script.py).
+    ``wrap_top_level``: stdin programs' top-level statements run as a function body where the
+    module itself loops (fast locals, as officially; see lcb/_script.py).
     """
 
     mode: str
