@@ -15,6 +15,10 @@ from lcb import sandbox
 from lcb.sandbox import SandboxJob, run_in_sandbox
 
 
+pytestmark = pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2,
+                                reason="the server forks a spare only while a CPU runs none of our programs")
+
+
 def _alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as fh:
@@ -179,3 +183,31 @@ def test_a_program_gets_the_same_with_and_without_pipelining(monkeypatch):
         ["passed", "wrong_answer"], ["runtime_error"], [], ["time_limit"], ["passed", "wrong_answer"], [None]]
     look = results[True][-1][3][0][1]
     assert look.startswith("[0, 1, 2, 3]"), look  # stdio and the status pipe: nothing of the server's or a spare's
+
+
+@pytest.mark.parametrize("server", [True], indirect=True)
+def test_no_spare_while_every_cpu_runs_a_program(server):
+    # A spare's fork takes a core from a running program, and it starts cold: measured slower
+    # where as many programs run as there are cores. So a spare only while a core is free.
+    cpus = len(os.sched_getaffinity(0))
+    if cpus > 4:
+        pytest.skip("keeps every CPU busy with a program: only where there are few")
+    run_in_sandbox(SandboxJob("exec", "pass", (("", ""),)))
+    assert server.idle_spare() is not None  # control: one is made while a core is free
+    long = SandboxJob("exec", "import time\ntime.sleep(3)\n", (("", ""),))
+    workers = [threading.Thread(target=run_in_sandbox, args=(long,)) for _ in range(cpus)]
+    for worker in workers:
+        worker.start()
+    try:
+        deadline, spare = time.monotonic() + 2.5, 0
+        while time.monotonic() < deadline and spare is not None:
+            spare = server.idle_spare()
+            time.sleep(0.05)
+        assert spare is None, "a spare was forked while every CPU ran one of our programs"
+    finally:
+        for worker in workers:
+            worker.join()
+    deadline = time.monotonic() + 5
+    while server.idle_spare() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert server.idle_spare() is not None  # and one again once a core is free
