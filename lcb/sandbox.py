@@ -51,7 +51,9 @@ fails, programs keep uid 0 (still without capabilities) and the layers say so.
 
 Speed: one long-lived fork server per harness process has the interpreter started, the
 prelude modules imported and the AST classes built, and fills program modules with the prelude's
-names ahead (16 at a time); each program costs a fork (its zygote sets up namespaces, identity,
+names ahead (16 at a time); each program costs a fork, made ahead: the server forks the next
+program's zygote while the current one runs, as a spare that waits for exactly one job
+(lcb/_child.py ``_Spare``), so no program waits for its fork (its zygote sets up namespaces, identity,
 Landlock and seccomp once, imports numpy if the program mentions it, compiles the program and
 takes a filled module), each test another fork that only enforces the scope-only Landlock ruleset
 its zygote made, the guard's last step, and runs. A program's zygote and tests keep to one CPU
@@ -293,12 +295,16 @@ class SandboxRun:
 
 
 class _ForkServer:
-    """One per harness process, started lazily, stopped at exit or when our process forks."""
+    """One per harness process, started lazily, stopped at exit or when our process forks.
+    ``pipelined``: the server forks each zygote ahead, as a spare that waits for its one program
+    (lcb/_child.py ``_Spare``); False only to show, in tests, that nothing depends on it."""
 
-    def __init__(self) -> None:
+    def __init__(self, pipelined: bool = True) -> None:
         self._lock = threading.Lock()
         self._proc: subprocess.Popen | None = None
         self._sock: socket.socket | None = None
+        self.pipelined = pipelined
+        self._queries = 0
 
     @property
     def pid(self) -> int | None:
@@ -309,7 +315,8 @@ class _ForkServer:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             self._proc = subprocess.Popen(
-                [sys.executable, "-s", CHILD_SCRIPT, "--server", str(theirs.fileno())],
+                [sys.executable, "-s", CHILD_SCRIPT, "--server", str(theirs.fileno())]
+                + ([] if self.pipelined else ["--no-spare"]),
                 pass_fds=[theirs.fileno()], env=scrubbed_env(), cwd="/",
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                 start_new_session=True,
@@ -335,6 +342,30 @@ class _ForkServer:
                     self._close_locked()
                     if attempt:
                         raise
+
+    def idle_spare(self) -> int | None:
+        """The pid of the zygote the server has forked ahead and not yet given a job (None if
+        none, or no server): the server's own answer, which no program can reach or forge."""
+        with self._lock:
+            if self._sock is None or self._proc is None or self._proc.poll() is not None:
+                return None
+            self._queries += 1
+            token = f"?spare {self._queries}".encode()
+            try:
+                self._sock.send(token)
+                deadline = time.monotonic() + 5
+                while time.monotonic() < deadline:
+                    self._sock.settimeout(max(deadline - time.monotonic(), 0.01))
+                    reply = self._sock.recv(256)
+                    if reply.startswith(token + b" "):  # (an older answer, after a timeout: skipped)
+                        pid = reply[len(token) + 1:]
+                        return int(pid) if pid.isdigit() else None
+            except OSError:
+                return None
+            finally:
+                with contextlib.suppress(OSError):
+                    self._sock.settimeout(None)
+            return None
 
     def _close_locked(self) -> None:
         if self._sock is not None:
@@ -370,10 +401,13 @@ def fork_server_pid() -> int | None:
 
 
 def live_sandbox_processes() -> list[int]:
-    """Pids of live (non-zombie) processes below the fork server; empty when all is clean."""
+    """Pids of live (non-zombie) processes below the fork server; empty when all is clean.
+    The server's idle spare zygote (forked ahead for the next program, it has run nothing) is
+    not counted; anything below it would be."""
     root = _SERVER.pid
     if root is None:
         return []
+    spare = _SERVER.idle_spare()
     parents: dict[int, int] = {}
     states: dict[int, str] = {}
     for name in os.listdir("/proc"):
@@ -390,7 +424,7 @@ def live_sandbox_processes() -> list[int]:
         cursor, seen = parents.get(pid), 0
         while cursor and cursor != root and seen < 64:
             cursor, seen = parents.get(cursor), seen + 1
-        if cursor == root and states[pid] != "Z":
+        if cursor == root and states[pid] != "Z" and pid != spare:
             found.append(pid)
     return sorted(found)
 
