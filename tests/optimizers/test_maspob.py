@@ -499,6 +499,34 @@ def test_the_compiled_trainer_reads_the_mask_stream_it_is_handed() -> None:
 
 
 @needs_extra
+def test_a_new_process_loads_the_compiled_trainer_from_numbas_cache() -> None:
+    """The kernels compile once per checkout, not once per process (~10 s of CPU each): a second
+    process finds every kernel it runs in numba's on-disk cache. (Written as closures, their
+    cache key held other dispatchers' per-process ids, and every process missed.)"""
+    code = textwrap.dedent("""\
+        import numpy as np
+        from optimizers.maspob import gat_kernel
+        from optimizers.maspob.graph import team_graph
+        from optimizers.maspob.surrogate import GATv2Surrogate, GNNSettings
+
+        rng = np.random.default_rng(0)
+        nodes = rng.normal(size=(4, 2, 384)).astype(np.float32)
+        surrogate = GATv2Surrogate(team_graph(["manager", "coder_worker"]), GNNSettings(max_epochs=3))
+        surrogate.fit(nodes, rng.uniform(0, 1, size=4), seed=1)
+        surrogate.predict(nodes)
+        kernels = gat_kernel._kernels()
+        hits = sum(sum(k.stats.cache_hits.values()) for k in (kernels["train"], kernels["predict"]))
+        misses = sum(sum(k.stats.cache_misses.values()) for k in kernels.values())
+        print(hits, misses)
+        """)
+    first = _python(code)  # compiles if this checkout's cache is cold
+    assert first.returncode == 0, first.stderr[-3000:]
+    second = _python(code)
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert second.stdout.split() == ["2", "0"]  # train and predict loaded, nothing compiled
+
+
+@needs_extra
 def test_a_deeper_network_trains_with_the_straightforward_formulation() -> None:
     """The fast trainer covers the default single GATv2 layer; two layers train by autograd, with
     the same seed and mask stream rules (deterministic)."""
