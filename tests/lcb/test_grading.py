@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from lcb.errors import DataError
-from lcb.grading import agrade, grade, grade_many
+from lcb.grading import agrade, grade, grade_many, largest_first
 from lcb.problem import Problem, TestCase
 from lcb.problem import TestKind as Kind
 from lcb.verdict import Outcome
@@ -192,6 +192,34 @@ def test_grade_many_keeps_order_and_agrade_works():
         return await asyncio.gather(agrade(ADD, codes[1]), agrade(ADD, "print(0)"))
     first, second = asyncio.run(both())
     assert first.solved and not second.solved
+
+
+def test_grade_many_starts_the_most_work_first_and_answers_in_input_order(monkeypatch):
+    one = stdin_problem([("1 2", "3")], pid="one")
+    three = stdin_problem([("1 2", "3"), ("2 2", "4"), ("5 5", "10")], pid="three")
+    three_long = stdin_problem([("1 2", "3"), ("2 2", "4"), ("5 5" + " " * 50, "10")], pid="three_long")
+    two = stdin_problem([("1 2", "3"), ("2 2", "4")], pid="two")
+    pairs = [(one, "x"), (three, "x"), (two, "x"), (three_long, "x"), (one, "y")]
+    # most selected tests first, then most input bytes; ties keep the listed order
+    assert largest_first(pairs) == [3, 1, 2, 0, 4]
+    assert largest_first(pairs, max_tests=2) == [1, 2, 3, 0, 4]  # the first two tests count: equal bytes
+    assert largest_first(pairs, tests="public") == [0, 1, 2, 3, 4]  # no public tests anywhere: listed order
+    # grade_many starts them in that order (one worker: one at a time; the per-program grader
+    # replaced by a recorder: the scheduling is what is tested here)
+    import lcb.grading as grading
+    started = []
+    real = grading.grade
+    monkeypatch.setattr(grading, "grade", lambda problem, code, **_: started.append((problem.id, code)) or real(problem, None))
+    grading.grade_many(pairs, workers=1)
+    monkeypatch.undo()
+    assert started == [(pairs[i][0].id, pairs[i][1]) for i in [3, 1, 2, 0, 4]]
+    # the verdicts still come back in input order although they started in another
+    add = "a, b = map(int, input().split())\nprint(a + b)\n"
+    codes = [add, "print(0)", add, "print(0)", None]
+    verdicts = grade_many([(p, c) for (p, _), c in zip(pairs, codes, strict=True)], workers=2)
+    assert [(v.problem_id, v.outcome) for v in verdicts] == [
+        ("one", Outcome.PASSED), ("three", Outcome.WRONG_ANSWER), ("two", Outcome.PASSED),
+        ("three_long", Outcome.WRONG_ANSWER), ("one", Outcome.NO_CODE)]
 
 
 def test_functional_cpu_budget_is_per_test_not_per_process():
