@@ -37,8 +37,6 @@ differs), proven in ``tests/optimizers/test_maspob.py``.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -46,6 +44,7 @@ import numpy as np
 from optimizers.maspob.fast_gat import (ADAM_BETAS, ADAM_EPS, F32, NEGATIVE_SLOPE, PLATEAU_EPS, PLATEAU_THRESHOLD,
                                         Batch, DropoutMasks, FastFit, Layout, TrainRule)
 from optimizers.maspob.graph import TeamGraph
+from optimizers.maspob.threads import one_blas_thread
 
 # Our flat order (Adam is elementwise, so any order trains the same): lin_l and lin_r weights
 # adjacent, so (256, 32) is one view, and their biases likewise.
@@ -56,7 +55,6 @@ CHUNK_EPOCHS = 64  # epochs per compiled call (bounded further by CHUNK_FLOATS o
 CHUNK_FLOATS = 1 << 21
 
 _compiled: dict[str, Any] = {}
-_blas: list[Any] = []
 
 
 def _kernels() -> dict[str, Any]:
@@ -64,19 +62,6 @@ def _kernels() -> dict[str, Any]:
     if not _compiled:
         _compiled.update(_build())
     return _compiled
-
-
-@contextmanager
-def one_blas_thread() -> Iterator[None]:
-    """numba's ``np.dot`` calls scipy's BLAS, which threadpoolctl only sees once it is loaded:
-    the controller is made after the kernels are."""
-    _kernels()
-    if not _blas:
-        from threadpoolctl import ThreadpoolController
-
-        _blas.append(ThreadpoolController())
-    with _blas[0].limit(limits=1, user_api="blas"):
-        yield
 
 
 class KernelGAT:

@@ -25,6 +25,12 @@ def one_blas_thread() -> Iterator[None]:
     """Run the block with every BLAS library this process has loaded limited to one thread."""
     if not _controller:
         try:
+            # threadpoolctl sees only the libraries loaded when the controller is made: scipy's
+            # BLAS (the one numba's np.dot in the compiled trainer calls) is loaded first.
+            import scipy.linalg.cython_blas  # noqa: F401
+        except ImportError:  # pragma: no cover - scipy comes with the extra's dependencies
+            pass
+        try:
             from threadpoolctl import ThreadpoolController
         except ImportError:  # pragma: no cover - threadpoolctl comes with the extra's dependencies
             _controller.append(None)
