@@ -202,7 +202,7 @@ def largest_first(pairs: Sequence[tuple[Problem, str | None]], *, tests: TestSel
             return (0, 0)
         return (len(cases), sum(len(c.input) for c in cases))
 
-    return sorted(range(len(pairs)), key=lambda i: work(i), reverse=True) if len(pairs) > 1 else list(range(len(pairs)))
+    return sorted(range(len(pairs)), key=work, reverse=True)  # stable: ties keep the input order
 
 
 def grade_many(items: Iterable[tuple[Problem, str | None]], *, workers: int | None = None,
