@@ -706,6 +706,7 @@ def _status_info(data: bytes) -> dict:
 def run_test(job: dict, code, index: int, input_fd: int, commands: socket.socket) -> dict:
     """Fork one test process and report how it ended (never the verdict). The input arrives
     as a descriptor that only the test process reads: the zygote never holds its content."""
+    faults = _faults() if job["timings"] else 0
     status_r, status_w = os.pipe()
     began, began_cpu = time.monotonic(), time.thread_time()
     pid = _os_fork()
@@ -727,6 +728,7 @@ def run_test(job: dict, code, index: int, input_fd: int, commands: socket.socket
     if job["timings"]:  # the zygote's side: fork called, fork returned, exit seen, reaped and cleaned
         report["zygote_stamps"] = [began, forked, ended, time.monotonic()]
         report["zygote_cpu_s"] = time.thread_time() - began_cpu
+        report["zygote_faults"], report["faults"] = _faults() - faults, usage.ru_minflt
     if os.WIFSIGNALED(status):
         report["signal"] = os.WTERMSIG(status)
     else:
@@ -940,7 +942,8 @@ def run_job(job: dict, commands_fd: int, emit: _Emitter, layers: list[str], cloc
     job["module"] = program_module(job)
     gc.freeze()  # test processes inherit these objects; a collection there must not touch (copy) them
     clock.lap("module")
-    emit("ready", wrapped=wrapped, **({"setup_s": clock.laps, "setup_cpu_s": clock.cpu_laps, "setup_began": clock.began} if job["timings"] else {}))
+    emit("ready", wrapped=wrapped, **({"setup_s": clock.laps, "setup_cpu_s": clock.cpu_laps, "setup_faults": clock.fault_laps,
+                                                  "setup_began": clock.began} if job["timings"] else {}))
     commands = socket.socket(fileno=commands_fd)
     for command, fds in _commands(commands):
         name, argument, *flags = command.split(" ") + [""]
@@ -958,6 +961,12 @@ def run_job(job: dict, commands_fd: int, emit: _Emitter, layers: list[str], cloc
     emit("done")
 
 
+def _faults() -> int:
+    """This process's minor page faults so far: after a fork, mostly copies of pages it shares
+    with its parent (a few microseconds each; the harness's largest cost per test)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
 class _Clock:
     """Where a zygote's set-up spends its time (``--breakdown`` of benchmarks/perf/grading_speed.py).
     CPU time is the thread's clock: the process's is only brought up to date at scheduler ticks
@@ -966,18 +975,31 @@ class _Clock:
     def __init__(self) -> None:
         self.laps: dict[str, float] = {}
         self.cpu_laps: dict[str, float] = {}
+        self.fault_laps: dict[str, int] = {}
         self.began = self._last = time.monotonic()
         self._last_cpu = time.thread_time()
+        self._last_faults = 0
+        self.on = False
+
+    def start(self, on: bool) -> None:
+        """Once the job says whether it wants timings: without them a lap does nothing (each
+        would touch memory pages of a freshly forked zygote, each a copy)."""
+        self.on = on
+        if on:  # a forked process counts from 0: these are the fork's and the job file's
+            self._last_faults = self.fault_laps["fork, job file"] = _faults()
 
     def lap(self, name: str) -> None:
-        now, cpu = time.monotonic(), time.thread_time()
+        if not self.on:
+            return
+        now, cpu, faults = time.monotonic(), time.thread_time(), _faults()
         self.laps[name] = round(now - self._last, 6)
         self.cpu_laps[name] = round(max(cpu - self._last_cpu, 0.0), 6)
-        self._last, self._last_cpu = now, cpu
+        self.fault_laps[name] = faults - self._last_faults
+        self._last, self._last_cpu, self._last_faults = now, cpu, faults
 
     def forked(self) -> None:
-        """In a forked child, whose CPU clock starts again at 0."""
-        self._last_cpu = 0.0
+        """In a forked child, whose CPU clock and fault count start again at 0."""
+        self._last_cpu, self._last_faults = 0.0, 0
 
 
 def _host_pid() -> int:
@@ -1008,6 +1030,7 @@ def _zygote_main(job_path: str, result_fd: int, commands_fd: int) -> None:
         # one-shot path) has told the harness our pid already.
         clock = _Clock()
         job = json.loads(_read_file(job_path).decode("utf-8"))
+        clock.start(bool(job["timings"]))
         job["outer_pid"] = _host_pid()
         if job.get("keep_to_cpu") is not None:  # the harness's choice (lcb/sandbox.py, _CpuPlan)
             try:

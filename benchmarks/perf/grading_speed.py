@@ -282,21 +282,25 @@ _TEST_PARTS = ("fork (zygote side)", "child scheduled after fork", "child entry 
                "report to harness", "compare (judge)", "zygote: report, wait for the next input")
 
 
-def _breakdown_of(run) -> tuple[list[float], list[list[float]], dict[str, float]]:
+def _breakdown_of(run) -> tuple[list[float], list[list[float]], dict[str, float], dict[str, int]]:
     """(per-program seconds by _PROGRAM_PARTS, per-test seconds by _TEST_PARTS, CPU seconds:
-    the zygote's set-up by lap, its per-test work, the test processes before and in the program)."""
+    the zygote's set-up by lap, its per-test work, the test processes before and in the program;
+    minor page faults: the zygote's set-up by lap, each test process, the zygote per test)."""
     program = [0.0] * len(_PROGRAM_PARTS)
     cpu: dict[str, float] = {}
+    faults: dict[str, int] = {}
     harness = next((e["stamps"] for e in run.events if e.get("event") == "harness"), None)
     ready = next((e for e in run.events if e.get("event") == "ready"), None)
     if harness is None or ready is None:
-        return program, [], cpu
+        return program, [], cpu, faults
     program[0] = harness[1] - harness[0]
     program[1] = ready["setup_began"] - harness[1]
     for name, seconds in ready["setup_s"].items():
         program[_LAPS[name]] += seconds
     for name, seconds in ready.get("setup_cpu_s", {}).items():
         cpu[f"zygote set-up: {name}"] = cpu.get(f"zygote set-up: {name}", 0.0) + seconds
+    for name, count in ready.get("setup_faults", {}).items():
+        faults[f"zygote set-up: {name}"] = faults.get(f"zygote set-up: {name}", 0) + count
     for event in run.events:
         if event.get("event") == "ran" and "zygote_cpu_s" in event:
             cpu["zygote per test (fork, wait, reap, report)"] = cpu.get(
@@ -306,6 +310,8 @@ def _breakdown_of(run) -> tuple[list[float], list[list[float]], dict[str, float]
                 "test process before the program (entry, guard, module)", 0.0) + before
             cpu["test process: program and exit"] = cpu.get("test process: program and exit", 0.0) + max(
                 float(event.get("cpu_s", 0.0)) - before, 0.0)
+            for key, name in (("faults", "test process"), ("zygote_faults", "zygote per test")):
+                faults[name] = faults.get(name, 0) + int(event.get(key, 0))
     ran = {e["index"]: e for e in run.events if e.get("event") == "ran" and "zygote_stamps" in e}
     judged = {e["index"]: e for e in run.events if e.get("event") == "test" and "harness_stamps" in e}
     tests, previous = [], None
@@ -323,26 +329,39 @@ def _breakdown_of(run) -> tuple[list[float], list[list[float]], dict[str, float]
     last_judged = max((h[1] for h in (e["harness_stamps"] for e in judged.values())), default=None)
     program[9] = harness[3] - (last_judged if last_judged is not None else harness[2])
     program[9] = max(program[9], 0.0)
-    return program, tests, cpu
+    return program, tests, cpu, faults
+
+
+def _minor_faults(pid: int | None) -> int:
+    """A live process's minor page faults so far (its own; /proc/PID/stat field 10), 0 if unknown."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return int(fh.read().rsplit(")", 1)[1].split()[7])
+    except (OSError, ValueError, IndexError, TypeError):
+        return 0
 
 
 def _breakdown(args) -> int:
     """Where the harness spends its time, per program and per test (all public tests)."""
-    from lcb.sandbox import run_in_sandbox
+    from lcb.sandbox import fork_server_pid, run_in_sandbox
 
     items = _load_items(args.limit)
     run_in_sandbox(_timed_job(*items[0], 6.0))  # fork server up outside the measurement
+    server_faults = _minor_faults(fork_server_pid())
     began = time.perf_counter()
     with ThreadPoolExecutor(max_workers=args.workers) as pool:
         runs = list(pool.map(lambda item: run_in_sandbox(_timed_job(item[0], item[1], 6.0)), items))
     wall = time.perf_counter() - began
-    programs, tests, cpu = [], [], {}
+    server_faults = _minor_faults(fork_server_pid()) - server_faults
+    programs, tests, cpu, faults = [], [], {}, {}
     for run in runs:
-        program, per_test, cpu_parts = _breakdown_of(run)
+        program, per_test, cpu_parts, fault_parts = _breakdown_of(run)
         programs.append(program)
         tests.extend(per_test)
         for name, seconds in cpu_parts.items():
             cpu[name] = cpu.get(name, 0.0) + seconds
+        for name, count in fault_parts.items():
+            faults[name] = faults.get(name, 0) + count
     load = os.getloadavg()
     lines = [f"{len(items)} programs, {len(tests)} tests, {args.workers} workers, wall {wall:.2f} s, "
              f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}", "",
@@ -360,6 +379,14 @@ def _breakdown(args) -> int:
               f"{'':<60} {'total s':>9} {'per program ms':>15}"]
     for name, seconds in sorted(cpu.items()):
         lines.append(f"{name:<60} {seconds:9.2f} {1000 * seconds / max(len(programs), 1):15.3f}")
+    faulted = sum(1 for run in runs for e in run.events if e.get("event") == "ran" and "faults" in e)
+    lines += ["", "Minor page faults (after a fork, mostly copies of pages shared with the parent: each costs"
+                  " microseconds)", f"{'':<60} {'per program':>12} {'per test':>9}",
+              f"{'fork server (its own, while zygotes share its pages)':<60} {server_faults / max(len(programs), 1):12.0f}"]
+    for name, count in faults.items():
+        per_test = name in ("test process", "zygote per test")
+        lines.append(f"{name:<60} {'' if per_test else f'{count / max(len(programs), 1):12.0f}':>12}"
+                     f"{f'{count / max(faulted, 1):9.0f}' if per_test else ''}")
     program_total = sum(map(sum, programs))
     test_total = sum(map(sum, tests))
     lines += ["", f"worker seconds: per-program parts {program_total:.2f}, per-test parts {test_total:.2f}, "

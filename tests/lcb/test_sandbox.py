@@ -261,3 +261,24 @@ def test_job_folders_go_in_memory_only_where_a_roomy_tmpfs_is(tmp_path):
     assert not sandbox._is_roomy_tmpfs(str(tmp_path / "missing"))
     root = sandbox.job_root()
     assert root is None or sandbox._is_roomy_tmpfs(root)
+
+
+@pytest.mark.parametrize("use_fork_server", [True, False])
+def test_timings_report_faults_per_lap_and_per_test_only_when_asked(use_fork_server):
+    """``timings`` (benchmarks/perf/grading_speed.py --breakdown): the zygote's set-up by lap in
+    seconds, CPU seconds and page faults, and each test's faults (its own and the zygote's); a
+    program that writes to 2000 fresh pages shows them. Without ``timings`` none of it is sent."""
+    code = "import sys\nbuf = bytearray(2000 * 4096)\nfor i in range(0, len(buf), 4096):\n    buf[i] = 1\nprint(1)\n"
+    job = SandboxJob("stdin", code, (("", "1"), ("", "1")), timings=True)
+    run = run_in_sandbox(job, use_fork_server=use_fork_server)
+    assert run.error == "", run.error
+    ready = next(e for e in run.events if e.get("event") == "ready")
+    laps = ("namespaces", "identity", "landlock", "seccomp", "compile", "module")
+    assert set(laps) <= set(ready["setup_faults"]) and set(laps) <= set(ready["setup_cpu_s"])
+    assert ready["setup_faults"]["fork, job file"] > 0 and all(v >= 0 for v in ready["setup_faults"].values())
+    ran = [e for e in run.events if e.get("event") == "ran"]
+    assert len(ran) == 2 and all(e["faults"] >= 2000 and e["zygote_faults"] >= 0 for e in ran)
+    plain = run_in_sandbox(SandboxJob("stdin", code, (("", "1"),)), use_fork_server=use_fork_server)
+    ready = next(e for e in plain.events if e.get("event") == "ready")
+    assert not {"setup_faults", "setup_s", "setup_cpu_s"} & set(ready)
+    assert not {"faults", "zygote_faults"} & {k for e in plain.events if e.get("event") == "ran" for k in e}
