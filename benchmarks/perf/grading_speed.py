@@ -9,7 +9,7 @@ any grader: a few shipped solutions compute for 3-20 s on a test here, in either
     .venv/bin/python benchmarks/perf/grading_speed.py [--limit N] [--workers W] [--timeout S]
     .venv/bin/python benchmarks/perf/grading_speed.py --against f1db267 [--limit N]   # vs an older grader
     .venv/bin/python benchmarks/perf/grading_speed.py --load [--limit N]              # quiet vs CPU hogs
-    .venv/bin/python benchmarks/perf/grading_speed.py --against-lcb-runner LCB_CHECKOUT [--limit N]
+    .venv/bin/python benchmarks/perf/grading_speed.py --against-lcb-runner LCB_CHECKOUT [--limit N] [--subsets K]
     .venv/bin/python benchmarks/perf/grading_speed.py --breakdown [--limit N] [--workers W]
 
 ``--breakdown`` grades the programs' public tests with the sandbox's timings on and prints where
@@ -22,8 +22,9 @@ reaping, the report's way back, compare): total seconds over all programs, and t
 LiveCodeBench's own harness (``lcb_runner.evaluation.codegen_metrics`` from the checkout DIR,
 imported by ``--lcb-python``, default this interpreter), side by side in one run, each with 2
 processes and the official 6 s limit, and prints both wall times, the ratio (target: ours >= 2x
-as fast) and how often the two agree on whether a program passes. LiveCodeBench's code is only
-run, never copied here.
+as fast) and how often the two agree on whether a program passes; ``--subsets K`` repeats the
+comparison on K seeded random halves of the programs that do not compute for seconds, to show how
+much the ratio depends on the set. LiveCodeBench's code is only run, never copied here.
 
 ``--against REF`` grades the same programs with this checkout's grader and with the grader of
 git revision REF (exported to a temporary folder), each in its own fresh process, and prints
@@ -42,7 +43,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -255,8 +258,27 @@ def _against_lcb_runner(args) -> int:
         report["without_slow_programs"] = _side_by_side(args, items, fast)
         report["without_slow_programs"].pop("_times")
         report["slow_programs"] = [items[i][0].id for i in range(len(items)) if i not in set(fast)]
+    if args.subsets:
+        report["random_halves_without_slow_programs"] = _random_halves(args, items, fast)
     print(json.dumps(report, indent=2))
     return 0
+
+
+def _random_halves(args, items: list[tuple[Problem, str]], fast: list[int]) -> dict:
+    """The side-by-side ratio on ``--subsets`` random halves of the programs that do not compute
+    for seconds (seeded, drawn without replacement): how much the figure depends on which
+    programs make up the set, e.g. one that another user grades."""
+    ratios, cpu_ratios = [], []
+    for k in range(args.subsets):
+        picked = sorted(random.Random(f"grading-speed-half-{k}").sample(fast, len(fast) // 2))
+        run = _side_by_side(args, items, picked)
+        ratios.append(run["ratio_lcb_over_ours"])
+        cpu_ratios.append(run["cpu_ratio_lcb_over_ours"])
+        print(f"half {k + 1}/{args.subsets}: {run['programs']} programs, {run['ratio_lcb_over_ours']}x wall, "
+              f"{run['cpu_ratio_lcb_over_ours']}x CPU, verdicts agree {run['verdicts_agree']}", file=sys.stderr)
+    return {"subsets": args.subsets, "programs_each": len(fast) // 2, "wall_ratios": ratios,
+            "wall_ratio_median": statistics.median(ratios), "wall_ratio_min": min(ratios),
+            "cpu_ratios": cpu_ratios, "cpu_ratio_median": statistics.median(cpu_ratios)}
 
 
 def _timed_job(problem: Problem, code: str, timeout_s: float):
@@ -463,6 +485,8 @@ def main() -> int:
                         help="compare with LiveCodeBench's codegen_metrics from the checkout DIR")
     parser.add_argument("--lcb-python", default=sys.executable,
                         help="--against-lcb-runner: the interpreter that can import lcb_runner's evaluation")
+    parser.add_argument("--subsets", type=int, default=0, metavar="K",
+                        help="--against-lcb-runner: also compare on K random halves of the programs without the slow ones")
     parser.add_argument("--breakdown", action="store_true",
                         help="print where the harness spends its time per program and per test")
     parser.add_argument("--shared", type=Path, default=SHARED,
