@@ -31,7 +31,9 @@ from optimizers.journal import read_jsonl, read_sealed  # noqa: E402
 
 SLURM_LOCAL = REPO / "scripts" / "slurm-local.sh"
 STATE_DIR = Path(os.environ.get("LCB_SLURM_DIR", "/tmp/lcb-grid-slurm"))
-VOLATILE = {"sha256", "elapsed_seconds", "optimization_sha256"}
+# Timings, seals, and which process made a model call (a requeued job replays the calls its
+# first run made live); the outcome's ids are not among them.
+VOLATILE = {"sha256", "elapsed_seconds", "optimization_sha256", "live_calls", "replayed_calls"}
 BUDGET = 18
 
 

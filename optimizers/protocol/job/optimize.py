@@ -142,10 +142,7 @@ async def optimize_phase(job: Any) -> dict[str, Any]:
         "validation_ids": list(job.rows.search),  # what the method was given
         "selection_mode": job.rows.mode,
     }
-    # What the outcome is, without timings: equal for an interrupted and an uninterrupted run.
-    payload["optimization_id"] = short_hash(
-        {k: payload[k] for k in ("job_id", "status", "failure_kind", "stop_reason", "incumbent_candidate",
-                                 "budget", "history", "metadata")}, 24)
+    payload["optimization_id"] = outcome_id(payload)
     payload["truncation"] = {
         "task": count_replies(read_jsonl(job.store.optimization_dir / "rollouts.jsonl")),
         "reflection": reflection_truncation(reflection_usage),
@@ -211,6 +208,30 @@ def _reflection_usage(result: Any, client: Any) -> dict[str, Any] | None:
 
 
 UNCHARGED_KEYS = ("calls", "failed", "truncated", "prompt_tokens", "completion_tokens")  # truncated: cut, still used
+
+
+OUTCOME_KEYS = ("job_id", "status", "failure_kind", "stop_reason", "incumbent_candidate", "budget", "history",
+                "metadata")
+# Counts of what this process did rather than of what the search found: a job resumed after a
+# kill replays from its journals the model calls the killed process made live (``live_calls`` /
+# ``replayed_calls`` split differently, every call, reply and token the same), and MASPOB refits
+# its surrogate once for the replayed pulls (``surrogate_fits``).
+PROCESS_HISTORY = frozenset({"live_calls", "replayed_calls", "surrogate_fits"})
+
+
+def without_process_history(value: Any) -> Any:
+    """``value`` with every ``PROCESS_HISTORY`` count left out, at any depth."""
+    if isinstance(value, Mapping):
+        return {k: without_process_history(v) for k, v in value.items() if k not in PROCESS_HISTORY}
+    if isinstance(value, list | tuple):
+        return [without_process_history(v) for v in value]
+    return value
+
+
+def outcome_id(payload: Mapping[str, Any]) -> str:
+    """What an optimization came to, without timings or what one process did: equal for a run
+    that was killed and resumed and for one that ran straight through."""
+    return short_hash(without_process_history({k: payload[k] for k in OUTCOME_KEYS}), 24)
 
 
 def uncharged_calls(result: Any) -> dict[str, dict[str, int]]:

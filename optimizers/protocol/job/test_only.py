@@ -28,6 +28,7 @@ from optimizers.protocol.job import transfer
 from optimizers.protocol.job.console import log
 from optimizers.protocol.job.engine import Job, JobRuntime
 from optimizers.protocol.job.matched_test import run_matched_test, tokens_of
+from optimizers.protocol.job.optimize import outcome_id
 from optimizers.protocol.job.store import JobStore
 from optimizers.registry import get_optimizer_class
 from topologies import aio
@@ -97,9 +98,7 @@ class TestOnlyJob(Job):
         payload = {"job_id": self.job_id, "cell_id": self.cell_id, "method": self.cfg.method, **body,
                    "elapsed_seconds": 0.0, "training_ids": list(self.split_ids.train),
                    "validation_ids": list(self.rows.search), "selection_mode": self._kind}
-        payload["optimization_id"] = short_hash(
-            {k: payload[k] for k in ("job_id", "status", "failure_kind", "stop_reason", "incumbent_candidate",
-                                     "budget", "history", "metadata")}, 24)
+        payload["optimization_id"] = outcome_id(payload)
         payload["truncation"] = {"task": {}, "reflection": {}}
         log(self.cfg, f"{self._kind} job: no search ({payload['stop_reason']})")
         return self.store.write("optimization", payload)
