@@ -274,11 +274,7 @@ def _test_rlimits(job: dict) -> tuple[tuple[int, int], ...]:
               (resource.RLIMIT_FSIZE, job["output_limit_bytes"])]
     if job["nproc_limit"]:  # RLIMIT_NPROC counts per user and is not enforced for root
         limits.append((resource.RLIMIT_NPROC, job["nproc_limit"]))
-    found = []
-    for which, value in limits:
-        hard = resource.getrlimit(which)[1]
-        found.append((which, value if hard == resource.RLIM_INFINITY else min(value, hard)))
-    return tuple(found)
+    return tuple((which, _within_hard_limit(which, value)) for which, value in limits)
 
 
 def _stamp(stamps: list[float] | None, report: bool = False) -> None:
@@ -289,10 +285,15 @@ def _stamp(stamps: list[float] | None, report: bool = False) -> None:
             _report({"stamps": stamps, "cpu_at_start": time.thread_time()})
 
 
+def _within_hard_limit(which: int, value: int) -> int:
+    """``value``, or the hard limit already there if that is lower (no process can raise it)."""
+    hard = resource.getrlimit(which)[1]
+    return value if hard == resource.RLIM_INFINITY else min(value, hard)
+
+
 def _lower_rlimit(which: int, value: int) -> None:
     """Soft and hard to ``value`` (or to the hard limit already there, if lower): never raisable."""
-    hard = resource.getrlimit(which)[1]
-    value = value if hard == resource.RLIM_INFINITY else min(value, hard)
+    value = _within_hard_limit(which, value)
     resource.setrlimit(which, (value, value))
 
 

@@ -74,6 +74,11 @@ def abi_version() -> int:
 _PREPARED: dict[tuple[str, int], object] = {}
 
 
+def _path_beneath(rights: int, fd: int) -> object:
+    """struct landlock_path_beneath_attr (packed: u64 allowed_access, s32 parent_fd) in C memory."""
+    return ctypes.create_string_buffer(struct.pack("=Qi", rights, fd), 12)
+
+
 def prepare(rules: list[tuple[str, int]]) -> None:
     """In the fork server: ready-made rules for these (path, rights) pairs (paths that cannot
     be opened are left to the slow path, which skips them just the same)."""
@@ -84,7 +89,7 @@ def prepare(rules: list[tuple[str, int]]) -> None:
             fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
         except OSError:
             continue
-        _PREPARED[(path, rights)] = ctypes.create_string_buffer(struct.pack("=Qi", rights, fd), 12)
+        _PREPARED[(path, rights)] = _path_beneath(rights, fd)
 
 
 def read_rules(folders: list[str], files: list[str]) -> list[tuple[str, int]]:
@@ -119,8 +124,7 @@ def _restrict(attr: bytes, handled_fs: int, rules: list[tuple[str, int]]) -> boo
             except OSError:
                 continue
             try:
-                rule = ctypes.create_string_buffer(struct.pack("=Qi", rights & handled_fs, fd), 12)
-                if syscall(_SYS_ADD_RULE, ruleset, _RULE_PATH_BENEATH, rule, 0) < 0:
+                if syscall(_SYS_ADD_RULE, ruleset, _RULE_PATH_BENEATH, _path_beneath(rights & handled_fs, fd), 0) < 0:
                     return False
             finally:
                 os.close(fd)
