@@ -37,27 +37,44 @@ the process said about itself); the verdict is the harness's.
 
 from __future__ import annotations
 
-import atexit
-import builtins
-import ctypes
-import errno
-import faulthandler
-import gc
-import io
-import json
-import math
 import os
-import resource
-import select
-import signal
-import socket
-import subprocess
-import sys
-import sysconfig
-import threading
-import time
-import traceback
-import types
+
+# Every at-fork hook registered from here on, by any module the server or a zygote imports: a
+# test process is forked without running them where the only ones are known (_fork_test_process).
+# Nothing the interpreter imports before this line registers one (tests/lcb/test_sandbox.py).
+_AT_FORK_HOOKS: list[tuple] = []
+_register_at_fork = os.register_at_fork
+
+
+def _recorded_register_at_fork(*, before=None, after_in_child=None, after_in_parent=None):
+    _AT_FORK_HOOKS.append((before, after_in_child, after_in_parent))
+    kinds = {"before": before, "after_in_child": after_in_child, "after_in_parent": after_in_parent}
+    _register_at_fork(**{kind: hook for kind, hook in kinds.items() if hook is not None})
+
+
+os.register_at_fork = _recorded_register_at_fork
+
+import atexit  # noqa: E402
+import builtins  # noqa: E402
+import ctypes  # noqa: E402
+import errno  # noqa: E402
+import faulthandler  # noqa: E402
+import gc  # noqa: E402
+import io  # noqa: E402
+import json  # noqa: E402
+import math  # noqa: E402
+import random  # noqa: E402
+import resource  # noqa: E402
+import select  # noqa: E402
+import signal  # noqa: E402
+import socket  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import sysconfig  # noqa: E402
+import threading  # noqa: E402
+import time  # noqa: E402
+import traceback  # noqa: E402
+import types  # noqa: E402
 
 # shutil imports zlib, bz2 and lzma for its archive formats: three extension modules and three
 # libraries, 30 memory mappings that every fork (of a zygote, of a test) copies: ~0.1 ms each.
@@ -130,6 +147,48 @@ _real_os_open = os.open
 # The zygote applies the reliability guard once per program (its test processes inherit it) and
 # keeps what it needs itself: the guard disables these for the program.
 _os_fork, _os_kill, _os_killpg, _os_setpgid = os.fork, os.kill, os.killpg, os.setpgid
+
+
+# A test process is made by the C library's fork() called through ctypes, not by os.fork().
+# Why: os.fork() runs CPython's after-fork work in the child, written for the child of a
+# multi-threaded parent (GIL, thread states, import lock and runtime locks made anew, at-fork
+# hooks run); in the child of a single-threaded zygote it has nothing to redo, but it writes to
+# ~70 memory pages shared with the zygote, each a copy-on-write fault: ~0.15 ms of CPU per test.
+# What of it matters is done otherwise: the GIL is free in the child (ctypes released it around
+# the call; the child takes it back as after any foreign call), and of the at-fork hooks,
+# threading's is empty (above) and random's reseed is made by the zygote once the test process
+# has gone, so every test process still starts from a fresh random state. That is what CPython
+# 3.11's after-fork work is; with another version, or once anything registered another hook
+# (a module a zygote imports for its program), os.fork() as ever.
+_RAW_FORK_PYTHON = sys.version_info[:2] == (3, 11)
+_libc_fork = _libc.fork
+_libc_fork.restype = ctypes.c_int
+_libc_fork.argtypes = []
+
+
+def _only_known_at_fork_hooks() -> bool:
+    known = {(None, threading._after_fork, None), (None, random._inst.seed, None)}
+    return all(hook in known for hook in _AT_FORK_HOOKS)
+
+
+def _fork_test_process() -> tuple[int, bool]:
+    """fork() for a test process (see above): (pid, whether the C library's). Like os.fork(),
+    raises OSError where it fails."""
+    if not (_RAW_FORK_PYTHON and _only_known_at_fork_hooks()):
+        return _os_fork(), False
+    pid = _libc_fork()
+    if pid < 0:
+        code = ctypes.get_errno()
+        raise OSError(code, os.strerror(code))
+    return pid, True
+
+
+def _fresh_random_state() -> None:
+    """In the zygote, once a raw-forked test process has gone: what random's at-fork hook would
+    have done in it, done for the next one."""
+    random._inst.seed()
+
+
 STDOUT_FILE, STDERR_FILE, RESULT_FILE = "stdout-{}.txt", "stderr-{}.txt", "result-{}.json"  # per test index
 
 
@@ -710,7 +769,7 @@ def run_test(job: dict, code, index: int, input_fd: int, commands: socket.socket
     faults = _faults() if job["timings"] else 0
     status_r, status_w = os.pipe()
     began, began_cpu = time.monotonic(), time.thread_time()
-    pid = _os_fork()
+    pid, raw = _fork_test_process()
     if pid == 0:
         os.close(status_r)
         _PROCESSES[job["mode"]](job, code, status_w, index, input_fd)
@@ -722,6 +781,8 @@ def run_test(job: dict, code, index: int, input_fd: int, commands: socket.socket
     state = watched.wait(began + job["wall_limit_s"], job["cpu_limit_s"], commands)
     ended = time.monotonic()
     status, usage = watched.finish(kill=state != "exit")
+    if raw:
+        _fresh_random_state()
     wall = time.monotonic() - began
     report = {"index": index, "state": state, "wall_s": round(wall, 6),
               "cpu_s": round(usage.ru_utime + usage.ru_stime, 6),

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -150,6 +153,69 @@ def test_threads_work_in_a_test_process():
             "print(total, flush=True)\n")
     run = run_in_sandbox(SandboxJob("stdin", code, (("10\n", "285\nlate"), ("3\n", "5\nlate"), ("4\n", "14\nlate"))))
     assert [e["outcome"] for e in run.of_kind("test")] == ["passed"] * 3
+
+
+@pytest.mark.parametrize("use_fork_server", [True, False])
+def test_every_test_process_starts_from_a_fresh_random_state(use_fork_server):
+    # Test processes are forked without CPython's after-fork work (lcb/_child.py,
+    # _fork_test_process), random's reseed included: the zygote reseeds for the next one instead.
+    # Without that, a program's tests would all draw the same numbers.
+    seen = []
+    for _ in range(2):
+        run = run_in_sandbox(SandboxJob("stdin", "print(random.getrandbits(64))\n", (("", "x"),) * 4),
+                             use_fork_server=use_fork_server)
+        seen += [e["got"] for e in run.of_kind("test")]
+    assert len(seen) == 8 and len(set(seen)) == 8, seen
+
+
+def _run_child_script(body: str) -> subprocess.CompletedProcess:
+    """``body`` in a fresh interpreter that has run lcb/_child.py as a module (``child``)."""
+    child = Path(__file__).resolve().parents[2] / "lcb" / "_child.py"
+    setup = ("import os, runpy, sys\n"
+             f"sys.argv = [{str(child)!r}]\n"
+             f"child = runpy.run_path({str(child)!r}, run_name='lcb_child')\n")
+    return subprocess.run([sys.executable, "-s", "-c", setup + body], capture_output=True, text=True, timeout=60)
+
+
+def test_test_processes_skip_pythons_after_fork_work_only_while_every_hook_is_known():
+    # The C library's fork() (no after-fork work in the child) while the at-fork hooks are
+    # threading's (emptied) and random's (the zygote reseeds instead); once a module registers
+    # another (logging does), os.fork() runs them. Either way the child is a working interpreter:
+    # a thread starts and joins.
+    body = (
+        "def once():\n"
+        "    pid, raw = child['_fork_test_process']()\n"
+        "    if pid == 0:\n"
+        "        import threading\n"
+        "        got = []\n"
+        "        thread = threading.Thread(target=got.append, args=(1,))\n"
+        "        thread.start(); thread.join()\n"
+        "        os._exit(7 if got == [1] else 1)\n"
+        "    return raw, os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])\n"
+        "first = once()\n"
+        "import logging\n"
+        "print(first, once())\n")
+    done = _run_child_script(body)
+    assert done.returncode == 0, done.stderr[-2000:]
+    raw = sys.version_info[:2] == (3, 11)  # the after-fork work it leaves out is 3.11's
+    assert done.stdout.strip() == f"({raw}, 7) (False, 7)"
+
+
+def test_nothing_the_interpreter_loads_before_the_sandbox_child_registers_an_at_fork_hook():
+    # lcb/_child.py records the hooks registered from its first line on; earlier ones it could
+    # not see. The scan finds the call where it is (threading; the control).
+    listed = subprocess.run(
+        [sys.executable, "-s", "-c", "import sys\nfiles = [getattr(m, '__file__', None) for m in list(sys.modules.values())]\n"
+                                     "print('\\n'.join(f for f in files if f))"],
+        capture_output=True, text=True, timeout=60, cwd="/")
+    files = [f for f in listed.stdout.split() if f.endswith(".py")]
+    assert files and listed.returncode == 0
+
+    def registers(path: str) -> bool:
+        return "register_at_fork" in Path(path).read_text(encoding="utf-8", errors="replace")
+
+    assert not [f for f in files if registers(f)]
+    assert registers(threading.__file__)
 
 
 def test_a_late_non_daemon_thread_is_joined_at_exit():
