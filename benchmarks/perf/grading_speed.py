@@ -257,7 +257,7 @@ def _against_lcb_runner(args) -> int:
     if len(fast) < len(items):
         report["without_slow_programs"] = _side_by_side(args, items, fast)
         report["without_slow_programs"].pop("_times")
-        report["slow_programs"] = [items[i][0].id for i in range(len(items)) if i not in set(fast)]
+        report["slow_programs"] = [f"{items[i][0].id}#{i}" for i in range(len(items)) if i not in set(fast)]  # one problem, two models: by position
     if args.subsets:
         report["random_halves_without_slow_programs"] = _random_halves(args, items, fast)
     print(json.dumps(report, indent=2))
