@@ -75,6 +75,9 @@ def test_a_job_the_spare_does_not_fit_gets_its_own_zygote_and_the_spare_waits_on
     # without namespaces (a layer switched off, as the tests do): not the spare, made in them
     off = run_in_sandbox(SandboxJob("exec", "print('x')", (("", ""),), namespaces=False))
     assert off.of_kind("exec")[0]["stdout"] == "x\n" and "pidns" not in off.layers
+    if os.geteuid() != 0:  # only a root server puts its spares in namespaces; others fit any job
+        assert _started(off) == spare
+        return
     assert _started(off) != spare and server.idle_spare() == spare
     on = run_in_sandbox(SandboxJob("exec", "print('y')", (("", ""),)))
     assert on.of_kind("exec")[0]["stdout"] == "y\n" and _started(on) == spare
