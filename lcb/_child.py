@@ -47,9 +47,9 @@ _register_at_fork = os.register_at_fork
 
 
 def _recorded_register_at_fork(*, before=None, after_in_child=None, after_in_parent=None):
-    _AT_FORK_HOOKS.append((before, after_in_child, after_in_parent))
     kinds = {"before": before, "after_in_child": after_in_child, "after_in_parent": after_in_parent}
     _register_at_fork(**{kind: hook for kind, hook in kinds.items() if hook is not None})
+    _AT_FORK_HOOKS.append((before, after_in_child, after_in_parent))  # (once the call was accepted)
 
 
 os.register_at_fork = _recorded_register_at_fork
