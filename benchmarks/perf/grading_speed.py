@@ -11,6 +11,7 @@ any grader: a few shipped solutions compute for 3-20 s on a test here, in either
     .venv/bin/python benchmarks/perf/grading_speed.py --load [--limit N]              # quiet vs CPU hogs
     .venv/bin/python benchmarks/perf/grading_speed.py --against-lcb-runner LCB_CHECKOUT [--limit N] [--subsets K]
     .venv/bin/python benchmarks/perf/grading_speed.py --breakdown [--limit N] [--workers W]
+    .venv/bin/python benchmarks/perf/grading_speed.py --cost-model --against-lcb-runner LCB_CHECKOUT
 
 ``--breakdown`` grades the programs' public tests with the sandbox's timings on and prints where
 the harness spends its time, per program (harness preparation, server fork, namespaces and the
@@ -25,6 +26,12 @@ processes and the official 6 s limit, and prints both wall times, the ratio (tar
 as fast) and how often the two agree on whether a program passes; ``--subsets K`` repeats the
 comparison on K seeded random halves of the programs that do not compute for seconds, to show how
 much the ratio depends on the set. LiveCodeBench's code is only run, never copied here.
+
+``--cost-model`` (with ``--against-lcb-runner``) times both graders on two synthetic sets of one
+2-line stdin program, 200 programs of 1 test and 4 programs of 400 tests, solves each grader's CPU
+and wall time for ``programs x (per program + tests x per test)`` and prints the two costs and the
+ratio they predict for a set with 1 to 100 tests per program: where a grader's speed comes from,
+and why a set with more tests per program (hidden tests) gives another ratio than public tests.
 
 ``--against REF`` grades the same programs with this checkout's grader and with the grader of
 git revision REF (exported to a temporary folder), each in its own fresh process, and prints
@@ -61,7 +68,7 @@ from lcb._prelude import PRELUDE_SOURCE  # noqa: E402
 from lcb.compare import outputs_match  # noqa: E402
 import lcb.grading as grading  # noqa: E402
 from lcb.grading import grade  # noqa: E402
-from lcb.problem import Problem, TestKind  # noqa: E402
+from lcb.problem import Problem, TestCase, TestKind  # noqa: E402
 from lcb.rows import problem_from_row  # noqa: E402
 from lcb.verdict import Outcome  # noqa: E402
 
@@ -152,7 +159,7 @@ def _worker(args) -> int:
 
     from lcb import sandbox
 
-    items = _load_items(args.limit)
+    items = _synthetic_items(*args.synthetic) if args.synthetic else _load_items(args.limit)
     if args.only:
         items = [items[int(i)] for i in args.only.split(",")]
     ours(*items[0], args.timeout)  # fork server up outside the timed region
@@ -179,7 +186,8 @@ def _run_worker(code_root: Path, args, timeout_s: float) -> dict:
     env = {**os.environ, "LCB_BENCH_CODE_ROOT": str(code_root)}
     argv = [sys.executable, str(Path(__file__).resolve()), "--worker", "--workers", str(args.workers),
             "--timeout", str(timeout_s), "--shared", str(SHARED)] + (["--limit", str(args.limit)] if args.limit else []) + (
-        ["--only", args.only] if getattr(args, "only", None) else [])
+        ["--only", args.only] if getattr(args, "only", None) else []) + (
+        ["--synthetic", "x".join(map(str, args.synthetic))] if getattr(args, "synthetic", None) else [])
     done = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise RuntimeError(f"worker for {code_root} failed: {done.stderr.strip()[-500:]}")
@@ -239,10 +247,69 @@ def _side_by_side(args, items: list[tuple[Problem, str]], picked: list[int] | No
             "_times": ours_run["times"]}
 
 
-def _against_lcb_runner(args) -> int:
+COST_MODEL_PROGRAM = "n = int(input())\nprint(sum(range(n)))\n"
+COST_MODEL_SHAPES = ((200, 1), (4, 400))  # (programs, tests each): per-program cost, then per-test cost
+
+
+def _synthetic_items(programs: int, tests: int) -> list[tuple[Problem, str]]:
+    """``programs`` copies of one 2-line stdin program, each with ``tests`` tests it passes."""
+    cases = tuple(TestCase(f"{i}\n", str(sum(range(i))), TestKind.STDIN) for i in range(tests))
+    problem = Problem(id=f"synthetic-{tests}", title="", statement="", platform="atcoder", difficulty="easy",
+                      contest_date="", starter_code="", fn_name=None, public_tests=cases, private_tests=())
+    return [(problem, COST_MODEL_PROGRAM)] * programs
+
+
+def fit_costs(runs: list[tuple[int, int, float]]) -> tuple[float, float]:
+    """(per program, per test) from two runs (programs, tests each, seconds), each taken to cost
+    ``programs x (per program + tests x per test)``."""
+    (p1, t1, s1), (p2, t2, s2) = runs
+    det = p1 * p2 * (t2 - t1)
+    if det == 0:
+        raise ValueError("two runs with different tests per program are needed")
+    per_test = (p1 * s2 - p2 * s1) / det
+    return (s1 - p1 * t1 * per_test) / p1, per_test
+
+
+def _cost_model(args) -> int:
+    """Both graders on the synthetic shapes; each one's costs and the ratio they predict."""
+    args.workers, args.timeout = 2, 6.0
+    measured: dict[str, dict[str, list]] = {"ours": {"cpu_s": [], "wall_s": []}, "lcb_runner": {"cpu_s": [], "wall_s": []}}
+    for programs, tests in COST_MODEL_SHAPES:
+        args.synthetic = (programs, tests)
+        items = _synthetic_items(programs, tests)
+        for name, run in (("ours", _run_worker(ROOT, args, args.timeout)), ("lcb_runner", _lcb_runner(args, items))):
+            solved = [all(v) and bool(v) for v in run["verdicts"]] if name == "ours" else run["solved"]
+            if not all(solved):
+                print(f"error: {name} failed the synthetic program ({programs} x {tests} tests)", file=sys.stderr)
+                return 1
+            for key in ("cpu_s", "wall_s"):
+                measured[name][key].append((programs, tests, run[key]))
+        print(f"{programs} programs x {tests} tests: ours {measured['ours']['wall_s'][-1][2]:.2f} s, "
+              f"codegen_metrics {measured['lcb_runner']['wall_s'][-1][2]:.2f} s of wall time", file=sys.stderr)
+    costs = {name: {key: fit_costs(runs) for key, runs in by_key.items()} for name, by_key in measured.items()}
+    report: dict = {"workers_each": 2, "shapes": COST_MODEL_SHAPES, "ms": {
+        name: {f"{key[:-2]}_per_program": round(1000 * c[key][0], 2) for key in ("cpu_s", "wall_s")}
+        | {f"{key[:-2]}_per_test": round(1000 * c[key][1], 3) for key in ("cpu_s", "wall_s")}
+        for name, c in costs.items()}, "predicted_ratio_lcb_over_ours": {}}
+    for tests in (1, 2.5, 5, 10, 25, 100):
+        report["predicted_ratio_lcb_over_ours"][str(tests)] = {
+            key: round((costs["lcb_runner"][key][0] + tests * costs["lcb_runner"][key][1])
+                       / (costs["ours"][key][0] + tests * costs["ours"][key][1]), 2) for key in ("wall_s", "cpu_s")}
+    print(json.dumps(report))
+    return 0
+
+
+def _no_lcb_checkout(args) -> int:
+    """2 (with a one-line error) where --against-lcb-runner is not a LiveCodeBench checkout, else 0."""
     checkout = Path(args.against_lcb_runner)
     if not (checkout / "lcb_runner" / "evaluation" / "compute_code_generation_metrics.py").is_file():
         print(f"error: {checkout} is not a LiveCodeBench checkout (no lcb_runner/evaluation)", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _against_lcb_runner(args) -> int:
+    if _no_lcb_checkout(args):
         return 2
     items = _load_items(args.limit)
     args.workers, args.timeout = 2, 6.0  # LiveCodeBench's setting, for both graders
@@ -471,6 +538,11 @@ def _load(args) -> int:
     return 0
 
 
+def _shape(text: str) -> tuple[int, int]:
+    programs, _, tests = text.partition("x")
+    return int(programs), int(tests)
+
+
 def main() -> int:
     global SHARED
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -491,7 +563,10 @@ def main() -> int:
                         help="print where the harness spends its time per program and per test")
     parser.add_argument("--shared", type=Path, default=SHARED,
                         help="the lcb-real folder (default: ../shared/lcb-real beside the checkout)")
+    parser.add_argument("--cost-model", action="store_true",
+                        help="--against-lcb-runner: per-program and per-test cost of both graders on synthetic sets")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--synthetic", type=_shape, default=None, help=argparse.SUPPRESS)  # --worker: PxT
     parser.add_argument("--only", default=None, help=argparse.SUPPRESS)  # --worker: these item indices
     args = parser.parse_args()
     if args.limit is not None and args.limit < 1:
@@ -499,6 +574,12 @@ def main() -> int:
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
     SHARED = args.shared
+    if args.cost_model and not args.against_lcb_runner:
+        parser.error("--cost-model needs --against-lcb-runner DIR")
+    if args.cost_model:  # (synthetic programs: no shared data needed)
+        return _no_lcb_checkout(args) or _cost_model(args)
+    if args.worker and args.synthetic:
+        return _worker(args)
     if not (SHARED / "release_v1_rows.jsonl").exists():
         print(f"error: shared data not found at {SHARED.resolve()}; nothing to benchmark", file=sys.stderr)
         return 0
