@@ -57,6 +57,18 @@ def short_hash(value: Any, length: int = 16) -> str:
     return content_hash(value)[:length]
 
 
+def without_keys(value: Any, keys: frozenset[str] | set[str]) -> Any:
+    """``value`` with every mapping entry whose key is in ``keys`` left out, at any depth
+    (e.g. what legitimately differs between two runs of one job, before hashing or comparing)."""
+    if isinstance(value, Mapping):
+        return {k: without_keys(v, keys) for k, v in value.items() if k not in keys}
+    if isinstance(value, list):
+        return [without_keys(v, keys) for v in value]
+    if isinstance(value, tuple):
+        return tuple(without_keys(v, keys) for v in value)
+    return value
+
+
 def write_text_atomic(path: Path | str, text: str) -> None:
     """Write ``text`` durably: readers see the old file or the new one, never a partial one."""
     if _frozen.is_set():

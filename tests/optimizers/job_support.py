@@ -34,15 +34,6 @@ SEED_SOLVES = frozenset({
 })
 
 
-def without_keys(value: Any, volatile: frozenset[str] | set[str]) -> Any:
-    """A record without the keys that legitimately differ between runs (timings, seals), at any depth."""
-    if isinstance(value, dict):
-        return {k: without_keys(v, volatile) for k, v in value.items() if k not in volatile}
-    if isinstance(value, list):
-        return [without_keys(v, volatile) for v in value]
-    return value
-
-
 def team_script(*, faults: Sequence[Any] = (), latency_s: float = 0.0) -> Any:
     from topologies.scripted import FunctionRule, Script, builtin_answers
 

@@ -16,13 +16,12 @@ from typing import Any
 
 import pytest
 
-from optimizers.journal import read_jsonl, read_sealed
+from optimizers.journal import read_jsonl, read_sealed, without_keys
 from optimizers.protocol.job.engine import Job, run_job
 from optimizers.protocol.job.lcb_system import base_team_spec, seed_candidate
 from optimizers.protocol.job.optimize import without_process_history
 from optimizers.reflection import ReflectionModel, extract_fenced, extract_json
 from optimizers.registry import BUILTIN_METHODS, MethodUnavailable, get_optimizer_class
-from job_support import without_keys
 from scripted_world import fast_runtime, run_and_kill, start_world, world_job_config
 
 # The product's methods: not the toy methods other test modules register in the same process

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from job_support import SOLVE_ALL, fast_runtime, job_config, without_keys
-from optimizers.journal import read_jsonl, read_sealed
+from job_support import SOLVE_ALL, fast_runtime, job_config
+from optimizers.journal import read_jsonl, read_sealed, without_keys
 from optimizers.protocol.job.errors import JobError, JobMismatch, PhaseOrderError
 from optimizers.protocol.job.engine import Job, run_job, summary_line
 from optimizers.protocol.job.store import JobStore

@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from job_support import team_script, without_keys
-from optimizers.journal import read_jsonl, read_sealed
+from job_support import team_script
+from optimizers.journal import read_jsonl, read_sealed, without_keys
 
 ENTRY = Path(__file__).resolve().parent / "job_entry.py"
 REPO = Path(__file__).resolve().parents[2]

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from optimizers.journal import read_json, read_jsonl, read_sealed
+from optimizers.journal import read_json, read_jsonl, read_sealed, without_keys
 from optimizers.maspob import missing_dependencies
 from optimizers.maspob.bandit import BanditSearch, FeatureTable, FisherMatrix, LinearPosterior
 from optimizers.maspob.graph import team_graph
@@ -39,7 +39,6 @@ from optimizers.maspob.pool import (
 from optimizers.maspob.styles import DIMENSIONS, PRESETS, style_sequence
 from optimizers.protocol.job.engine import run_job
 from optimizers.reflection import ReflectionModel
-from job_support import without_keys
 from scripted_world import MARKER, REFLECTION_ID, REPO, fast_runtime, run_cli, start_world, world_job_config
 
 needs_extra = pytest.mark.skipif(bool(missing_dependencies()),

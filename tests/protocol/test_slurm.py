@@ -125,7 +125,7 @@ def no_console_noise(done: subprocess.CompletedProcess[str]) -> None:
 
 
 def stable(value: Any) -> Any:
-    from job_support import without_keys
+    from optimizers.journal import without_keys
 
     return without_keys(value, VOLATILE)
 

@@ -18,7 +18,7 @@ from optimizers.base import OptimizationResult, OptimizeContext, OptimizerInfras
 from optimizers.budget import Budget
 from optimizers.candidate import Candidate
 from optimizers.evaluator import MODE_OPTIMIZE, BudgetedEvaluator, Rollout
-from optimizers.journal import canonical_json, read_jsonl, short_hash
+from optimizers.journal import canonical_json, read_jsonl, short_hash, without_keys
 from optimizers.protocol.job.console import log, progress
 from optimizers.protocol.job.errors import JobError
 from optimizers.protocol.job.jobspec import json_safe, registry_key
@@ -221,11 +221,7 @@ PROCESS_HISTORY = frozenset({"live_calls", "replayed_calls", "surrogate_fits"})
 
 def without_process_history(value: Any) -> Any:
     """``value`` with every ``PROCESS_HISTORY`` count left out, at any depth."""
-    if isinstance(value, Mapping):
-        return {k: without_process_history(v) for k, v in value.items() if k not in PROCESS_HISTORY}
-    if isinstance(value, list | tuple):
-        return [without_process_history(v) for v in value]
-    return value
+    return without_keys(value, PROCESS_HISTORY)
 
 
 def outcome_id(payload: Mapping[str, Any]) -> str:
