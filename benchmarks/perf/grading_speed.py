@@ -27,6 +27,9 @@ as fast) and how often the two agree on whether a program passes; ``--subsets K`
 comparison on K seeded random halves of the programs that do not compute for seconds, to show how
 much the ratio depends on the set. LiveCodeBench's code is only run, never copied here.
 
+``--breakdown`` also converts the faults per test into CPU time at the cost per fault measured on
+this machine (``fault_cost.py``).
+
 ``--cost-model`` (with ``--against-lcb-runner``) times both graders on two synthetic sets of one
 2-line stdin program, 200 programs of 1 test and 4 programs of 400 tests, solves each grader's CPU
 and wall time for ``programs x (per program + tests x per test)`` and prints the two costs and the
@@ -430,6 +433,21 @@ def _minor_faults(pid: int | None) -> int:
         return 0
 
 
+def _fault_time(faults: dict[str, int], faulted: int) -> list[str]:
+    """The per-test faults in CPU time, at this machine's measured cost per fault: the test
+    process's at most (every fault a copy), the zygote's at least (every fault after the test
+    process has gone: no copy) and at most."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from fault_cost import fault_costs
+
+    cost = fault_costs(pages=2000, rounds=3)
+    test, zygote = (faults.get(name, 0) / max(faulted, 1) for name in ("test process", "zygote per test"))
+    return ["", f"a fault costs {cost['copy_us']:.2f} us with a copy, {cost['reuse_us']:.2f} us without, "
+                f"{cost['fresh_us']:.2f} us on new memory (benchmarks/perf/fault_cost.py): per test, the test "
+                f"process's faults <= {test * cost['copy_us'] / 1000:.2f} ms of CPU, the zygote's "
+                f"{zygote * cost['reuse_us'] / 1000:.2f}-{zygote * cost['copy_us'] / 1000:.2f} ms"]
+
+
 def _breakdown(args) -> int:
     """Where the harness spends its time, per program and per test (all public tests)."""
     from lcb.sandbox import fork_server_pid, run_in_sandbox
@@ -476,6 +494,7 @@ def _breakdown(args) -> int:
         per_test = name in ("test process", "zygote per test")
         lines.append(f"{name:<60} {'' if per_test else f'{count / max(len(programs), 1):12.0f}':>12}"
                      f"{f'{count / max(faulted, 1):9.0f}' if per_test else ''}")
+    lines += _fault_time(faults, faulted)
     program_total = sum(map(sum, programs))
     test_total = sum(map(sum, tests))
     lines += ["", f"worker seconds: per-program parts {program_total:.2f}, per-test parts {test_total:.2f}, "

@@ -31,3 +31,18 @@ def test_the_synthetic_program_passes_every_test_in_our_grader(speed):
     items = speed._synthetic_items(2, 5)
     assert len(items) == 2 and len(items[0][0].public_tests) == 5
     assert [speed.ours(problem, code, 6.0) for problem, code in items] == [[True] * 5] * 2
+
+
+def test_fault_cost_counts_one_fault_per_page_of_each_kind():
+    """benchmarks/perf/fault_cost.py: the unit of the per-test costs. Each kind of write faults
+    once per page (otherwise its figure would not be a cost per fault) and costs something."""
+    spec = importlib.util.spec_from_file_location("fault_cost_under_test", _SCRIPT.parent / "fault_cost.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    costs = module.fault_costs(pages=256, rounds=1)
+    for kind in ("copy", "reuse", "fresh"):
+        assert 0.9 <= costs[f"{kind}_faults_per_page"] <= 1.5, (kind, costs)
+        assert costs[f"{kind}_us"] > 0, (kind, costs)
+    assert costs["populate_copy_us"] is None or costs["populate_copy_faults_per_page"] <= 1.5
+    with pytest.raises(ValueError):
+        module.fault_costs(pages=0)
