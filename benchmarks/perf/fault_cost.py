@@ -47,14 +47,22 @@ def _mapping(pages: int, touched: bool) -> mmap.mmap:
     return area
 
 
-def _write_pass(area: mmap.mmap, pages: int, value: int) -> tuple[float, int]:
-    """(seconds, minor faults) to write one byte to each page."""
+def _measured(action) -> tuple[object, float, int]:
+    """``action()``'s result, and the seconds and minor faults (of this process) it took."""
     faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     began = time.perf_counter()
-    for i in range(pages):
-        area[i * PAGE] = value
+    result = action()
     seconds = time.perf_counter() - began
-    return seconds, resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
+    return result, seconds, resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
+
+
+def _write_pass(area: mmap.mmap, pages: int, value: int) -> tuple[float, int]:
+    """(seconds, minor faults) to write one byte to each page."""
+    def write() -> None:
+        for i in range(pages):
+            area[i * PAGE] = value
+    _, seconds, faults = _measured(write)
+    return seconds, faults
 
 
 def _per_fault(area: mmap.mmap, pages: int, extra_s: float = 0.0, extra_faults: int = 0) -> tuple[float, float]:
@@ -69,11 +77,8 @@ def _populate(area: mmap.mmap, pages: int) -> tuple[float, int] | None:
     libc = ctypes.CDLL(None, use_errno=True)
     libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
     address = ctypes.addressof(ctypes.c_char.from_buffer(area))
-    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-    began = time.perf_counter()
-    refused = libc.madvise(address, pages * PAGE, _MADV_POPULATE_WRITE) != 0
-    seconds = time.perf_counter() - began
-    return None if refused else (seconds, resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults)
+    status, seconds, faults = _measured(lambda: libc.madvise(address, pages * PAGE, _MADV_POPULATE_WRITE))
+    return None if status != 0 else (seconds, faults)
 
 
 def _in_child(measure) -> object:
