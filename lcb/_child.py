@@ -91,6 +91,7 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, _HERE)
 import _isolate  # noqa: E402
 import _landlock  # noqa: E402
+import _native  # noqa: E402
 import _returns  # noqa: E402
 import _script  # noqa: E402
 import _seccomp  # noqa: E402
@@ -111,7 +112,7 @@ def _single_threaded_after_fork() -> None:
 # cannot unregister it, so its body is emptied (tests/lcb/test_sandbox.py: threads still work in
 # a test process).
 threading._after_fork.__code__ = _single_threaded_after_fork.__code__
-for _name in ("_isolate", "_landlock", "_returns", "_script", "_seccomp", "_prelude"):
+for _name in ("_isolate", "_landlock", "_native", "_returns", "_script", "_seccomp", "_prelude"):
     del sys.modules[_name]  # model code must not find them by name
 
 for _name in PRELUDE_MODULES:
@@ -164,6 +165,11 @@ _RAW_FORK_PYTHON = sys.version_info[:2] == (3, 11)
 _libc_fork = _libc.fork
 _libc_fork.restype = ctypes.c_int
 _libc_fork.argtypes = []
+
+
+# The C helper (lcb/csrc/sandbox.c), mapped once here; a job uses it only where the harness has
+# checked that it was built from the source beside it (job["native"]).
+_NATIVE_FORK_TEST = _native.load(verify=False)
 
 
 def _only_known_at_fork_hooks() -> bool:
@@ -466,14 +472,30 @@ def _enter_module(job: dict) -> dict:
     return module.__dict__
 
 
-def _script_process(job: dict, code, status_w: int, index: int, input_fd: int) -> None:
+def _begin_test_process(job: dict, status_w: int, stdin: int, stdout: str | None, stderr: str | None,
+                        entered: tuple[int, float] | None) -> list[float] | None:
+    """The test process's entry: made here (``entered`` None), or already by the C helper
+    (``entered``: its result, negative for a failed step, and when the process began). Returns
+    the timing stamps so far (with ``timings``): when the process began, before its entry."""
+    if entered is None:
+        stamps = [time.monotonic()] if job["timings"] else None
+        _enter_test_process(job, status_w, stdin, stdout, stderr)
+    else:
+        result, began = entered
+        if result < 0:
+            raise OSError(f"test process set-up: {_native.ENTRY_FAILURES.get(result, result)}")
+        stamps = [began] if job["timings"] else None
+    return stamps
+
+
+def _script_process(job: dict, code, status_w: int, index: int, input_fd: int,
+                    entered: tuple[int, float] | None = None) -> None:
     """Run the program as ``python main.py`` would, with the prelude first. Never returns."""
     exit_code = 0
     graded = job["mode"] != "exec"
-    stamps = [time.monotonic()] if job["timings"] else None
     try:
-        _enter_test_process(job, status_w, input_fd, STDOUT_FILE.format(index),
-                            None if graded else STDERR_FILE.format(index))
+        stamps = _begin_test_process(job, status_w, input_fd, STDOUT_FILE.format(index),
+                                     None if graded else STDERR_FILE.format(index), entered)
         _stamp(stamps)
         if job["guard"]:
             block_modules()  # the rest of the guard was applied once, in the zygote
@@ -494,11 +516,11 @@ def _script_process(job: dict, code, status_w: int, index: int, input_fd: int) -
     _finish_like_python(exit_code)
 
 
-def _functional_process(job: dict, code, status_w: int, index: int, input_fd: int) -> None:
+def _functional_process(job: dict, code, status_w: int, index: int, input_fd: int,
+                        entered: tuple[int, float] | None = None) -> None:
     """Call the method on this test's arguments and leave the encoded return value behind."""
-    stamps = [time.monotonic()] if job["timings"] else None
     try:
-        _enter_test_process(job, status_w, input_fd, None, None)
+        stamps = _begin_test_process(job, status_w, input_fd, None, None, entered)
         with open(0, encoding="utf-8", closefd=False) as fh:
             args = [json.loads(line) for line in fh.read().split("\n")]
         quiet = os.open(os.devnull, os.O_RDONLY)
@@ -670,12 +692,15 @@ def _cpu_clock(pid: int) -> int | None:
 class _Watched:
     """A forked test process we can wait for with a deadline (pidfd when the kernel has it)."""
 
-    def __init__(self, pid: int):
+    def __init__(self, pid: int, pidfd: int | None | bool = True):
+        """``pidfd``: True opens one (None where the kernel has none); or one already open, or None."""
         self.pid = pid
-        try:
-            self.pidfd = os.pidfd_open(pid)
-        except (AttributeError, OSError):
-            self.pidfd = None
+        self.pidfd = pidfd if pidfd is not True else None
+        if pidfd is True:
+            try:
+                self.pidfd = os.pidfd_open(pid)
+            except (AttributeError, OSError):
+                pass
 
     def wait(self, deadline: float, cpu_limit: float | None = None,
              commands: socket.socket | None = None) -> str:
@@ -769,17 +794,23 @@ def run_test(job: dict, code, index: int, input_fd: int, commands: socket.socket
     faults = _faults() if job["timings"] else 0
     status_r, status_w = os.pipe()
     began, began_cpu = time.monotonic(), time.thread_time()
-    pid, raw = _fork_test_process()
-    if pid == 0:
-        os.close(status_r)
-        _PROCESSES[job["mode"]](job, code, status_w, index, input_fd)
-        os._exit(1)  # not reached
-    forked = time.monotonic()
-    os.close(status_w)
-    os.close(input_fd)
-    watched = _Watched(pid)
-    state = watched.wait(began + job["wall_limit_s"], job["cpu_limit_s"], commands)
-    ended = time.monotonic()
+    if job["native"]:
+        watched, state, forked, ended = _fork_and_watch_natively(job, code, index, input_fd, status_w, began, commands)
+        raw = True
+        os.close(status_w)
+        os.close(input_fd)
+    else:
+        pid, raw = _fork_test_process()
+        if pid == 0:
+            os.close(status_r)
+            _PROCESSES[job["mode"]](job, code, status_w, index, input_fd)
+            os._exit(1)  # not reached
+        forked = time.monotonic()
+        os.close(status_w)
+        os.close(input_fd)
+        watched = _Watched(pid)
+        state = watched.wait(began + job["wall_limit_s"], job["cpu_limit_s"], commands)
+        ended = time.monotonic()
     status, usage = watched.finish(kill=state != "exit")
     if raw:
         _fresh_random_state()
@@ -796,6 +827,41 @@ def run_test(job: dict, code, index: int, input_fd: int, commands: socket.socket
     else:
         report["exit_code"] = os.WEXITSTATUS(status)
     return report
+
+
+def _native_entry(job: dict, index: int, input_fd: int, status_w: int) -> _native.Entry:
+    """What _enter_test_process does, as the C helper's arguments."""
+    if job["mode"] == "functional":
+        stdout = stderr = None
+    else:
+        stdout = STDOUT_FILE.format(index).encode()
+        stderr = None if job["mode"] != "exec" else STDERR_FILE.format(index).encode()
+    limits = job["test_rlimits"]
+    ruleset = job["scope_ruleset"]
+    return _native.Entry(input_fd, status_w, _STATUS_FD, job["devnull_fd"], -1 if ruleset is None else ruleset,
+                         job["zygote_pid"], stdout, stderr, len(limits),
+                         (ctypes.c_int * _native.MAX_RLIMITS)(*(which for which, _ in limits)),
+                         (ctypes.c_ulonglong * _native.MAX_RLIMITS)(*(value for _, value in limits)))
+
+
+def _fork_and_watch_natively(job: dict, code, index: int, input_fd: int, status_w: int, began: float,
+                             commands: socket.socket) -> tuple[_Watched, str, float, float]:
+    """The C helper's fork, the test process's entry and the zygote's wait in one call (see
+    lcb/csrc/sandbox.c): the same steps as the Python path, without running Python in between.
+    In the test process it does not return; in the zygote: (watched, state, forked, ended)."""
+    entry = _native_entry(job, index, input_fd, status_w)
+    watch = _native.Watch(began + job["wall_limit_s"], job["cpu_limit_s"] or 0.0, _CPU_POLL_S, commands.fileno())
+    result = _NATIVE_FORK_TEST(ctypes.byref(entry), ctypes.byref(watch))
+    if _native.FORK_FAILED < result <= 0:  # in the test process, entered (or not: result < 0)
+        _PROCESSES[job["mode"]](job, code, status_w, index, input_fd, entered=(result, entry.began))
+        os._exit(1)  # not reached
+    if result <= _native.WAIT_FAILED:
+        _os_kill(watch.pid, signal.SIGKILL)
+        raise OSError(_native.WAIT_FAILED - result, "waiting for a test process failed")
+    if result <= _native.FORK_FAILED:
+        number = _native.FORK_FAILED - result
+        raise OSError(number, os.strerror(number))
+    return _Watched(watch.pid, watch.pidfd if watch.pidfd >= 0 else None), _native.STATES[result], watch.forked, watch.ended
 
 
 def _set_limits(job: dict) -> None:
@@ -1002,9 +1068,12 @@ def run_job(job: dict, commands_fd: int, emit: _Emitter, layers: list[str], cloc
         # applied it first thing: after numpy, before the program's module is made.
         reliability_guard(folder, block=False)
     job["module"] = program_module(job)
+    # The C helper forks as raw a fork as _fork_test_process does: only where that one would.
+    job["native"] = bool(job["native"] and _NATIVE_FORK_TEST is not None and _RAW_FORK_PYTHON
+                         and _only_known_at_fork_hooks() and len(job["test_rlimits"]) <= _native.MAX_RLIMITS)
     gc.freeze()  # test processes inherit these objects; a collection there must not touch (copy) them
     clock.lap("module")
-    emit("ready", wrapped=wrapped, **({"setup_s": clock.laps, "setup_cpu_s": clock.cpu_laps, "setup_faults": clock.fault_laps,
+    emit("ready", wrapped=wrapped, native=job["native"], **({"setup_s": clock.laps, "setup_cpu_s": clock.cpu_laps, "setup_faults": clock.fault_laps,
                                                   "setup_began": clock.began} if job["timings"] else {}))
     commands = socket.socket(fileno=commands_fd)
     for command, fds in _commands(commands):

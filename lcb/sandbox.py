@@ -79,7 +79,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lcb import judge
+from lcb import _native, judge
 from lcb.errors import LcbError
 
 CHILD_SCRIPT = str(Path(__file__).resolve().with_name("_child.py"))
@@ -122,6 +122,19 @@ def landlock_abi_cap() -> int | None:
     if value < 0:
         raise LcbError(f"{LANDLOCK_ABI_ENV} must not be negative, got {value}")
     return value
+
+
+NATIVE_ENV = "LCB_SANDBOX_NATIVE"
+
+
+def native_helper() -> bool:
+    """Whether test processes are forked and watched by the C helper (lcb/_native.py): built from
+    the source beside it (built here, once per process, where missing or stale) and not switched
+    off with ``LCB_SANDBOX_NATIVE=0``. Without it the same steps run in Python, more slowly."""
+    raw = os.environ.get(NATIVE_ENV, "").strip()
+    if raw not in ("", "0", "1"):
+        raise LcbError(f"{NATIVE_ENV} must be 0 or 1, got {raw!r}")
+    return raw != "0" and _native.ensure_built() is None
 
 
 _MEMORY_FOLDER, _MEMORY_FOLDER_MIN_FREE = "/dev/shm", 1024**3
@@ -202,6 +215,7 @@ class SandboxJob:
     drop_privileges: bool = True
     seccomp: bool = True
     sockets_paired_only: bool = True
+    native: bool = True  # the C helper where there is one (native_helper); False: the Python path
     timings: bool = False
 
     @property
@@ -230,7 +244,7 @@ class SandboxJob:
             "backstop_s": self.backstop_s, "landlock": self.landlock, "wrap_top_level": self.wrap_top_level,
             "namespaces": self.namespaces, "drop_privileges": self.drop_privileges, "seccomp": self.seccomp,
             "sockets_paired_only": self.sockets_paired_only, "landlock_abi_cap": landlock_abi_cap(),
-            "timings": self.timings, "keep_to_cpu": keep_to_cpu,
+            "timings": self.timings, "keep_to_cpu": keep_to_cpu, "native": self.native and native_helper(),
         }
 
 
@@ -312,6 +326,7 @@ class _ForkServer:
         return proc.pid if proc is not None and proc.poll() is None else None
 
     def _start(self) -> None:
+        native_helper()  # built before the server maps it
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             self._proc = subprocess.Popen(

@@ -51,6 +51,9 @@ fi
 say "installing the project (editable) with extras $extras"
 "$py" -m pip install --quiet -c constraints.txt -e ".[$extras]"
 
+say "building the sandbox's C helper (lcb/csrc/sandbox.c; without a C compiler grading uses its Python path)"
+"$py" -m lcb._native >/dev/null || true
+
 if [ "$with_local_model" = 0 ]; then
   say "done (without the embedded local model)"
   exit 0

@@ -1,0 +1,148 @@
+"""The sandbox's optional C helper (lcb/csrc/sandbox.c): build it, load it, never a stale one.
+
+Stdlib only: the harness builds it (``python -m lcb._native``; scripts/setup.sh runs that, and
+the harness tries once per process where it is missing or stale), the fork server loads it from
+the same folder (lcb/_child.py imports this module as a sibling). The library carries the
+SHA-256 of the source it was built from, and the harness lets a job use it only after checking
+that hash against the source beside it (``ensure_built``), so the structures below can never
+disagree with the library's. The fork server maps the library without hashing anything: what
+it imports, every fork copies (hashlib would map OpenSSL into every zygote and test process).
+Without a C compiler nothing breaks: test processes are then forked and watched in Python.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+
+FOLDER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "csrc")
+SOURCE = os.path.join(FOLDER, "sandbox.c")
+LIBRARY = os.path.join(FOLDER, "liblcbsandbox.so")
+MAX_RLIMITS = 8  # LCB_MAX_RLIMITS
+
+
+class Entry(ctypes.Structure):
+    """struct lcb_entry"""
+    _fields_ = [("input_fd", ctypes.c_int), ("status_w", ctypes.c_int), ("status_fd", ctypes.c_int),
+                ("devnull_fd", ctypes.c_int), ("scope_ruleset", ctypes.c_int), ("zygote_pid", ctypes.c_int),
+                ("stdout_path", ctypes.c_char_p), ("stderr_path", ctypes.c_char_p),
+                ("n_rlimits", ctypes.c_int), ("rlimit_which", ctypes.c_int * MAX_RLIMITS),
+                ("rlimit_value", ctypes.c_ulonglong * MAX_RLIMITS), ("began", ctypes.c_double)]
+
+
+class Watch(ctypes.Structure):
+    """struct lcb_watch"""
+    _fields_ = [("deadline", ctypes.c_double), ("cpu_limit", ctypes.c_double), ("cpu_poll_s", ctypes.c_double),
+                ("commands_fd", ctypes.c_int), ("pid", ctypes.c_int), ("pidfd", ctypes.c_int),
+                ("forked", ctypes.c_double), ("ended", ctypes.c_double)]
+
+
+STATES = {1: "exit", 2: "timeout", 3: "cpu", 4: "stopped"}
+ENTRY_FAILURES = {-1: "setpgid failed", -2: "stdio could not be set up", -3: "setrlimit failed"}
+FORK_FAILED, WAIT_FAILED = -1000, -2000
+_MARKER = b"lcb-source-sha256:"  # before the hash in the library's lcb_source_sha256
+
+
+def source_sha256() -> str:
+    import hashlib
+    with open(SOURCE, "rb") as fh:
+        return hashlib.sha256(fh.read()).hexdigest()
+
+
+def built_from(path: str) -> str | None:
+    """The SHA-256 of the source the library at ``path`` was built from, read from the file (not
+    by loading it: a process that has loaded one version of a path gets that one again)."""
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except OSError:
+        return None
+    at = data.find(_MARKER)
+    return data[at + len(_MARKER):at + len(_MARKER) + 64].decode("ascii", "replace") if at >= 0 else None
+
+
+def current() -> bool:
+    """Whether the library beside the source was built from it."""
+    return built_from(LIBRARY) == source_sha256()
+
+
+def load(verify: bool = True, path: str | None = None):
+    """``lcb_fork_test`` of the built library, or None (none built, a platform where it cannot
+    load, or with ``verify`` one built from another version of the source)."""
+    if verify and not current():
+        return None
+    try:
+        fork_test = ctypes.CDLL(path or LIBRARY).lcb_fork_test
+    except (OSError, AttributeError):
+        return None
+    fork_test.restype = ctypes.c_int
+    fork_test.argtypes = [ctypes.POINTER(Entry), ctypes.POINTER(Watch)]
+    return fork_test
+
+
+def compiler() -> str | None:
+    import shutil
+    for name in filter(None, (os.environ.get("CC"), "cc", "gcc", "clang")):
+        if shutil.which(name):
+            return name
+    return None
+
+
+def build() -> str | None:
+    """Compile the library (atomically: a concurrent build or load never sees half a file).
+    None on success, else why not, in one line."""
+    import subprocess
+    import tempfile
+    cc = compiler()
+    if cc is None:
+        return "no C compiler (cc, gcc or clang; or set CC)"
+    if not sys.platform.startswith("linux"):
+        return "the helper is Linux-only"
+    digest = source_sha256()
+    fd, partial = tempfile.mkstemp(prefix=".liblcbsandbox-", suffix=".so", dir=FOLDER)
+    os.close(fd)
+    try:
+        done = subprocess.run([cc, "-O2", "-shared", "-fPIC", "-Wall", f'-DLCB_SOURCE_SHA256="{digest}"',
+                               "-o", partial, SOURCE], capture_output=True, text=True, timeout=120)
+        if done.returncode != 0:
+            return f"{cc} failed: {(done.stderr.strip().splitlines() or ['?'])[-1]}"
+        if built_from(partial) != digest or load(verify=False, path=partial) is None:
+            return "built, but the library does not load"
+        os.chmod(partial, 0o755)
+        os.replace(partial, LIBRARY)
+        partial = ""
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"{cc} could not run: {exc}"
+    finally:
+        if partial:
+            try:
+                os.unlink(partial)
+            except OSError:
+                pass
+    return None
+
+
+_ENSURED: list[str | None] = []
+
+
+def ensure_built() -> str | None:
+    """Once per process: a loadable library, building it where it is missing or stale. None when
+    it is there, else why the Python path runs instead."""
+    if not _ENSURED:
+        _ENSURED.append(None if current() else build())
+    return _ENSURED[0]
+
+
+def main() -> int:
+    import json
+    problem = build()
+    print(json.dumps({"library": LIBRARY, "built": problem is None, **({"reason": problem} if problem else {})}))
+    if problem:
+        print(f"lcb._native: the sandbox's C helper was not built ({problem}); grading uses the Python path",
+              file=sys.stderr)
+    return 0 if problem is None else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

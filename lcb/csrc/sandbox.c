@@ -1,0 +1,197 @@
+/* The sandbox's per-test hot path in C (lcb/_native.py builds and loads it, lcb/_child.py calls it).
+
+Why C: a zygote forks one test process per test. After that fork every page the two share is
+copy-on-write, so each memory page that Python code touches in either of them costs a fault
+(~2.5 us with a copy). The Python steps around the fork (the test process's entry: group,
+parent-death signal, Landlock scope, stdio, descriptors, rlimits; the zygote's wait for exit,
+wall clock, CPU clock or a hang-up) touch ~100 such pages per test; the same steps here touch
+a few. Nothing is decided here that lcb/_child.py does not decide in its Python twin
+(_enter_test_process, _Watched.wait): the same system calls in the same order, with the same
+exit codes for a failed step; without this library the Python path runs instead.
+
+Exported: lcb_fork_test(entry, watch), and lcb_source_sha256: the hash of this file as built,
+which the harness reads from the library file before it lets a job use it. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#ifndef LCB_SOURCE_SHA256
+#error "build with -DLCB_SOURCE_SHA256=\"<sha256 of this file>\" (lcb/_native.py does)"
+#endif
+const char lcb_source_sha256[] = "lcb-source-sha256:" LCB_SOURCE_SHA256; /* lcb/_native.py reads it */
+
+#ifndef SYS_pidfd_open
+#define SYS_pidfd_open 434
+#endif
+#ifndef SYS_landlock_restrict_self
+#define SYS_landlock_restrict_self 446
+#endif
+#ifndef SYS_close_range
+#define SYS_close_range 436
+#endif
+
+#define LCB_MAX_RLIMITS 8
+
+/* What a test process sets up for itself before Python runs again (see _enter_test_process). */
+struct lcb_entry {
+    int input_fd;        /* this test's input: becomes 0 */
+    int status_w;        /* the status pipe: becomes status_fd */
+    int status_fd;       /* 3; every descriptor above it is closed */
+    int devnull_fd;      /* for a stream without a file */
+    int scope_ruleset;   /* Landlock scope-only ruleset to enforce, -1 for none */
+    int zygote_pid;      /* the parent we must still have after setting the death signal */
+    const char *stdout_path, *stderr_path; /* files in the job folder, NULL for /dev/null */
+    int n_rlimits;
+    int rlimit_which[LCB_MAX_RLIMITS];
+    unsigned long long rlimit_value[LCB_MAX_RLIMITS];
+    double began;        /* out, in the test process: when it started (CLOCK_MONOTONIC) */
+};
+
+/* How the zygote waits (see _Watched.wait); pid, pidfd and the two times are outputs. */
+struct lcb_watch {
+    double deadline;     /* CLOCK_MONOTONIC, i.e. Python's time.monotonic() */
+    double cpu_limit;    /* seconds of the test process's CPU clock, <= 0 for none */
+    double cpu_poll_s;   /* how often the CPU clock is read */
+    int commands_fd;     /* the harness's channel: a hang-up stops the wait, -1 for none */
+    int pid, pidfd;
+    double forked, ended;
+};
+
+enum { LCB_EXITED = 1, LCB_TIMEOUT = 2, LCB_CPU = 3, LCB_STOPPED = 4 };
+/* A failed entry step returns one of these to the test process's Python (it reports and exits). */
+enum { LCB_ENTRY_SETPGID = -1, LCB_ENTRY_STDIO = -2, LCB_ENTRY_RLIMIT = -3 };
+#define LCB_FORK_FAILED (-1000) /* minus errno */
+#define LCB_WAIT_FAILED (-2000) /* minus errno; the test process is running (pid in watch) */
+
+static double monotonic(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+static void close_above(int fd) {
+    if (syscall(SYS_close_range, (unsigned)fd + 1, ~0U, 0) == 0)
+        return;
+    struct rlimit limit;  /* kernels before 5.9: every possible number */
+    rlim_t top = getrlimit(RLIMIT_NOFILE, &limit) == 0 && limit.rlim_cur != RLIM_INFINITY ? limit.rlim_cur : (1 << 20);
+    for (rlim_t n = (rlim_t)fd + 1; n < top && n < (1 << 20); n++)
+        close((int)n);
+}
+
+static int enter(struct lcb_entry *e) {
+    e->began = monotonic();
+    if (setpgid(0, 0) != 0)
+        return LCB_ENTRY_SETPGID;
+    if (e->zygote_pid != 1)  /* init of our PID namespace: its end kills us without being asked */
+        prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+    if (getppid() != e->zygote_pid)  /* the zygote died between fork and prctl */
+        _exit(137);
+    /* first, while the ruleset's descriptor is where the zygote left it (dup2 may reuse it) */
+    if (e->scope_ruleset >= 0 && syscall(SYS_landlock_restrict_self, e->scope_ruleset, 0) != 0)
+        _exit(125);  /* confinement was promised for this job: never run unconfined */
+    if (dup2(e->input_fd, 0) < 0)
+        return LCB_ENTRY_STDIO;
+    const char *paths[2] = {e->stdout_path, e->stderr_path};
+    for (int target = 1; target <= 2; target++) {
+        const char *path = paths[target - 1];
+        if (path == NULL) {
+            if (dup2(e->devnull_fd, target) < 0)
+                return LCB_ENTRY_STDIO;
+            continue;
+        }
+        int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+        if (fd < 0 || dup2(fd, target) < 0)
+            return LCB_ENTRY_STDIO;
+        close(fd);
+    }
+    if (dup2(e->status_w, e->status_fd) < 0)
+        return LCB_ENTRY_STDIO;
+    close_above(e->status_fd);  /* the zygote's channels, the job file, the ruleset: gone */
+    for (int i = 0; i < e->n_rlimits && i < LCB_MAX_RLIMITS; i++) {
+        struct rlimit limit = {(rlim_t)e->rlimit_value[i], (rlim_t)e->rlimit_value[i]};
+        if (setrlimit(e->rlimit_which[i], &limit) != 0)
+            return LCB_ENTRY_RLIMIT;
+    }
+    return 0;
+}
+
+static int exited(const struct lcb_watch *w) {
+    siginfo_t info;
+    info.si_pid = 0;
+    return waitid(P_PID, (id_t)w->pid, &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid != 0;
+}
+
+/* Does not reap: the pid stays the zygote's to kill (lcb/_child.py finishes the test). */
+static int wait_for(struct lcb_watch *w) {
+    clockid_t clock = 0;
+    int clock_state = 0;  /* 0: not asked yet, 1: have it, -1: unavailable */
+    int commands = w->commands_fd;
+    int watch_hangup = 0;  /* the first round waits for the exit alone */
+    for (;;) {
+        double remaining = w->deadline - monotonic();
+        if (remaining <= 0)
+            return LCB_TIMEOUT;
+        double step = w->pidfd >= 0 ? remaining : (remaining < 0.002 ? remaining : 0.002);
+        if (w->cpu_limit > 0 && step > w->cpu_poll_s)
+            step = w->cpu_poll_s;
+        struct pollfd fds[2];
+        int n = 0;
+        if (w->pidfd >= 0)
+            fds[n++] = (struct pollfd){.fd = w->pidfd, .events = POLLIN};
+        int hangup_at = -1;
+        if (watch_hangup) {
+            hangup_at = n;
+            fds[n++] = (struct pollfd){.fd = commands, .events = POLLIN};
+        }
+        int ready = poll(fds, (nfds_t)n, (int)(step * 1000.0) + 1);
+        if (ready < 0 && errno != EINTR)
+            return LCB_WAIT_FAILED - errno;
+        if (ready > 0 && hangup_at >= 0 && fds[hangup_at].revents) {
+            char byte;
+            ssize_t got = recv(commands, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+            if (got == 0 || (got < 0 && errno != EAGAIN && errno != EWOULDBLOCK))
+                return LCB_STOPPED;  /* the harness hung up: it needs no more results */
+            if (got > 0)
+                commands = -1;  /* a queued command, not a hang-up: stop watching for this test */
+        }
+        watch_hangup = commands >= 0;
+        if (w->pidfd >= 0 ? (ready > 0 && fds[0].revents) : exited(w))
+            return LCB_EXITED;
+        if (w->cpu_limit > 0) {
+            if (clock_state == 0)  /* asked only now: most tests end within the first round */
+                clock_state = clock_getcpuclockid(w->pid, &clock) == 0 ? 1 : -1;
+            struct timespec used;
+            if (clock_state == 1 && clock_gettime(clock, &used) == 0
+                && (double)used.tv_sec + (double)used.tv_nsec * 1e-9 > w->cpu_limit)
+                return LCB_CPU;
+        }
+    }
+}
+
+/* fork() for one test. In the test process: runs its entry and returns 0 (or a negative
+   LCB_ENTRY_* when a step failed). In the zygote: returns how the wait ended (LCB_EXITED ...),
+   or LCB_FORK_FAILED - errno, or LCB_WAIT_FAILED - errno with the test process still running. */
+int lcb_fork_test(struct lcb_entry *entry, struct lcb_watch *watch) {
+    watch->pid = -1;
+    watch->pidfd = -1;
+    pid_t pid = fork();
+    if (pid < 0)
+        return LCB_FORK_FAILED - errno;
+    if (pid == 0)
+        return enter(entry);
+    watch->forked = monotonic();
+    watch->pid = pid;
+    watch->pidfd = (int)syscall(SYS_pidfd_open, pid, 0);
+    int state = wait_for(watch);
+    watch->ended = monotonic();
+    return state;
+}
