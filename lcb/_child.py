@@ -169,7 +169,7 @@ _libc_fork.argtypes = []
 
 # The C helper (lcb/csrc/sandbox.c), mapped once here; a job uses it only where the harness has
 # checked that it was built from the source beside it (job["native"]).
-_NATIVE_FORK_TEST = _native.load(verify=False)
+_NATIVE = _native.load(verify=False)
 
 
 def _only_known_at_fork_hooks() -> bool:
@@ -475,7 +475,8 @@ def _enter_module(job: dict) -> dict:
 def _begin_test_process(job: dict, status_w: int, stdin: int, stdout: str | None, stderr: str | None,
                         entered: tuple[int, float] | None) -> list[float] | None:
     """The test process's entry: made here (``entered`` None), or already by the C helper
-    (``entered``: its result, negative for a failed step, and when the process began). Returns
+    (``entered``: its result, negative for a failed step, and when the process began; random is
+    reseeded then). Returns
     the timing stamps so far (with ``timings``): when the process began, before its entry."""
     if entered is None:
         stamps = [time.monotonic()] if job["timings"] else None
@@ -485,6 +486,9 @@ def _begin_test_process(job: dict, status_w: int, stdin: int, stdout: str | None
         if result < 0:
             raise OSError(f"test process set-up: {_native.ENTRY_FAILURES.get(result, result)}")
         stamps = [began] if job["timings"] else None
+        # what random's at-fork hook does, here: the C helper's loop leaves the zygote no turn
+        # between two tests to reseed for the next one (as _fresh_random_state does otherwise)
+        random._inst.seed()
     return stamps
 
 
@@ -796,7 +800,7 @@ def run_test(job: dict, code, index: int, input_fd: int, commands: socket.socket
     began, began_cpu = time.monotonic(), time.thread_time()
     if job["native"]:
         watched, state, forked, ended = _fork_and_watch_natively(job, code, index, input_fd, status_w, began, commands)
-        raw = True
+        raw = False  # the test process has reseeded random itself (_begin_test_process)
         os.close(status_w)
         os.close(input_fd)
     else:
@@ -851,7 +855,7 @@ def _fork_and_watch_natively(job: dict, code, index: int, input_fd: int, status_
     In the test process it does not return; in the zygote: (watched, state, forked, ended)."""
     entry = _native_entry(job, index, input_fd, status_w)
     watch = _native.Watch(began + job["wall_limit_s"], job["cpu_limit_s"] or 0.0, _CPU_POLL_S, commands.fileno())
-    result = _NATIVE_FORK_TEST(ctypes.byref(entry), ctypes.byref(watch))
+    result = _NATIVE.fork_test(ctypes.byref(entry), ctypes.byref(watch))
     if _native.FORK_FAILED < result <= 0:  # in the test process, entered (or not: result < 0)
         _PROCESSES[job["mode"]](job, code, status_w, index, input_fd, entered=(result, entry.began))
         os._exit(1)  # not reached
@@ -1069,27 +1073,74 @@ def run_job(job: dict, commands_fd: int, emit: _Emitter, layers: list[str], cloc
         reliability_guard(folder, block=False)
     job["module"] = program_module(job)
     # The C helper forks as raw a fork as _fork_test_process does: only where that one would.
-    job["native"] = bool(job["native"] and _NATIVE_FORK_TEST is not None and _RAW_FORK_PYTHON
+    job["native"] = bool(job["native"] and _NATIVE is not None and _RAW_FORK_PYTHON
                          and _only_known_at_fork_hooks() and len(job["test_rlimits"]) <= _native.MAX_RLIMITS)
     gc.freeze()  # test processes inherit these objects; a collection there must not touch (copy) them
     clock.lap("module")
     emit("ready", wrapped=wrapped, native=job["native"], **({"setup_s": clock.laps, "setup_cpu_s": clock.cpu_laps, "setup_faults": clock.fault_laps,
                                                   "setup_began": clock.began} if job["timings"] else {}))
     commands = socket.socket(fileno=commands_fd)
-    for command, fds in _commands(commands):
-        name, argument, *flags = command.split(" ") + [""]
-        if name == "run" and argument.isdigit() and len(fds) == 1:
-            report = run_test(job, code, int(argument), fds[0], commands)
-            if report["state"] == "stopped":
+    if job["native"] and not job["timings"]:
+        _serve_tests_natively(job, code, commands, emit)
+    else:
+        for command, fds in _commands(commands):
+            if not _run_command(job, code, command, fds, commands, emit):
                 break
-            emit.ran(report)
-            if "last" in flags:  # the harness has no more tests for us: end without waiting
-                break
-        else:
-            for fd in fds:
-                os.close(fd)
     kill_all_descendants()
     emit("done")
+
+
+def _run_command(job: dict, code, command: str, fds: list[int], commands: socket.socket, emit: _Emitter) -> bool:
+    """One command from the harness ("run INDEX [last]" with the test's input); False once no
+    more are wanted."""
+    name, argument, *flags = command.split(" ") + [""]
+    if name == "run" and argument.isdigit() and len(fds) == 1:
+        report = run_test(job, code, int(argument), fds[0], commands)
+        if report["state"] == "stopped":
+            return False
+        emit.ran(report)
+        return "last" not in flags  # last: the harness has no more tests for us, end without waiting
+    for fd in fds:
+        os.close(fd)
+    return True
+
+
+def _serve_tests_natively(job: dict, code, commands: socket.socket, emit: _Emitter) -> None:
+    """The C helper's loop over the tests (lcb/csrc/sandbox.c, lcb_serve_tests): it runs and
+    reports every test that ends plainly without coming back here (a zygote's Python touches
+    ~200 memory pages per test, each a fault after that test's fork); what it hands back is
+    finished here exactly as in _run_command and run_test."""
+    loop = _native.Loop(commands.fileno(), emit.fd, _CHILDREN_FD[0] if _CHILDREN_FD else -1, os.getpid() == 1,
+                        job["mode"] != "functional", job["mode"] == "exec",
+                        job["wall_limit_s"], job["cpu_limit_s"] or 0.0, _CPU_POLL_S)
+    entry = _native_entry(job, 0, -1, -1)  # the loop fills in each test's descriptors and files
+    while True:
+        reason = _NATIVE.serve_tests(ctypes.byref(loop), ctypes.byref(entry))
+        if reason == _native.LOOP_CHILD:  # the test process
+            _PROCESSES[job["mode"]](job, code, loop.status_w, loop.index, loop.input_fd, entered=(loop.state, loop.began))
+            os._exit(1)  # not reached
+        if reason == _native.LOOP_FINISHED:  # it said something, or left a descendant
+            kill_all_descendants()
+            report = {"index": loop.index, "state": _native.STATES[loop.state], "wall_s": round(loop.wall_s, 6),
+                      "cpu_s": round(loop.cpu_s, 6), "info": _status_info(_native.raw(loop, "said", loop.said_len))}
+            if os.WIFSIGNALED(loop.status):
+                report["signal"] = os.WTERMSIG(loop.status)
+            else:
+                report["exit_code"] = os.WEXITSTATUS(loop.status)
+            emit.ran(report)
+            if loop.last:
+                return
+        elif reason == _native.LOOP_COMMAND:
+            message = _native.raw(loop, "message", loop.message_len).decode(errors="replace")
+            if not _run_command(job, code, message, list(loop.fds[:loop.n_fds]), commands, emit):
+                return
+        elif reason == _native.LOOP_GONE:
+            os._exit(0)  # the harness is gone; nothing left to tell (as _Emitter._write)
+        elif reason in (_native.LOOP_EOF, _native.LOOP_STOPPED, _native.LOOP_LAST):
+            return
+        else:
+            number = _native.LOOP_FAILED - reason
+            raise OSError(number, f"the test loop failed: {os.strerror(number)}")
 
 
 def _faults() -> int:

@@ -38,7 +38,26 @@ class Watch(ctypes.Structure):
                 ("forked", ctypes.c_double), ("ended", ctypes.c_double)]
 
 
+class Loop(ctypes.Structure):
+    """struct lcb_loop"""
+    _fields_ = [("commands_fd", ctypes.c_int), ("emit_fd", ctypes.c_int), ("children_fd", ctypes.c_int),
+                ("is_init", ctypes.c_int), ("stdout_files", ctypes.c_int), ("stderr_files", ctypes.c_int),
+                ("wall_limit", ctypes.c_double), ("cpu_limit", ctypes.c_double), ("cpu_poll_s", ctypes.c_double),
+                ("index", ctypes.c_int), ("last", ctypes.c_int), ("state", ctypes.c_int), ("status", ctypes.c_int),
+                ("pid", ctypes.c_int), ("status_r", ctypes.c_int), ("status_w", ctypes.c_int), ("input_fd", ctypes.c_int),
+                ("began", ctypes.c_double), ("wall_s", ctypes.c_double), ("cpu_s", ctypes.c_double),
+                ("message", ctypes.c_char * 257), ("message_len", ctypes.c_int), ("fds", ctypes.c_int * 1),
+                ("n_fds", ctypes.c_int), ("said", ctypes.c_char * 65536), ("said_len", ctypes.c_int)]
+
+
+def raw(record: ctypes.Structure, field: str, size: int) -> bytes:
+    """The first ``size`` bytes of a char-array field, NULs included (reading the field stops at one)."""
+    return ctypes.string_at(ctypes.addressof(record) + getattr(type(record), field).offset, size)
+
+
 STATES = {1: "exit", 2: "timeout", 3: "cpu", 4: "stopped"}
+LOOP_CHILD, LOOP_FINISHED, LOOP_COMMAND, LOOP_EOF, LOOP_STOPPED, LOOP_LAST, LOOP_GONE = range(1, 8)
+LOOP_FAILED = -3000
 ENTRY_FAILURES = {-1: "setpgid failed", -2: "stdio could not be set up", -3: "setrlimit failed"}
 FORK_FAILED, WAIT_FAILED = -1000, -2000
 _MARKER = b"lcb-source-sha256:"  # before the hash in the library's lcb_source_sha256
@@ -67,18 +86,27 @@ def current() -> bool:
     return built_from(LIBRARY) == source_sha256()
 
 
-def load(verify: bool = True, path: str | None = None):
-    """``lcb_fork_test`` of the built library, or None (none built, a platform where it cannot
-    load, or with ``verify`` one built from another version of the source)."""
+class Helper:
+    """The library's two entry points, typed."""
+
+    def __init__(self, library: ctypes.CDLL):
+        self.fork_test = library.lcb_fork_test
+        self.fork_test.restype = ctypes.c_int
+        self.fork_test.argtypes = [ctypes.POINTER(Entry), ctypes.POINTER(Watch)]
+        self.serve_tests = library.lcb_serve_tests
+        self.serve_tests.restype = ctypes.c_int
+        self.serve_tests.argtypes = [ctypes.POINTER(Loop), ctypes.POINTER(Entry)]
+
+
+def load(verify: bool = True, path: str | None = None) -> Helper | None:
+    """The built library, or None (none built, a platform where it cannot load, or with
+    ``verify`` one built from another version of the source)."""
     if verify and not current():
         return None
     try:
-        fork_test = ctypes.CDLL(path or LIBRARY).lcb_fork_test
+        return Helper(ctypes.CDLL(path or LIBRARY))
     except (OSError, AttributeError):
         return None
-    fork_test.restype = ctypes.c_int
-    fork_test.argtypes = [ctypes.POINTER(Entry), ctypes.POINTER(Watch)]
-    return fork_test
 
 
 def compiler() -> str | None:

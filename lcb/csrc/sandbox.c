@@ -2,15 +2,19 @@
 
 Why C: a zygote forks one test process per test. After that fork every page the two share is
 copy-on-write, so each memory page that Python code touches in either of them costs a fault
-(~2.5 us with a copy). The Python steps around the fork (the test process's entry: group,
-parent-death signal, Landlock scope, stdio, descriptors, rlimits; the zygote's wait for exit,
-wall clock, CPU clock or a hang-up) touch ~100 such pages per test; the same steps here touch
-a few. Nothing is decided here that lcb/_child.py does not decide in its Python twin
-(_enter_test_process, _Watched.wait): the same system calls in the same order, with the same
-exit codes for a failed step; without this library the Python path runs instead.
+(~2.5 us with a copy, ~0.6 us to take a page back once the test process has gone). The Python
+steps around a test (the test process's entry: group, parent-death signal, Landlock scope,
+stdio, descriptors, rlimits; the zygote's wait for exit, wall clock, CPU clock or a hang-up;
+the reaping, the report, the next command) touch a few hundred such pages per test; the same
+steps here touch a few. Nothing is decided here that lcb/_child.py does not decide in its
+Python twin (_enter_test_process, _Watched.wait and .finish, run_test, _Emitter.ran,
+_run_command): the same system calls in the same order, the same exit codes for a failed step,
+the same "ran" line; whatever this file does not handle goes back to Python, and without this
+library the Python path runs instead (tests/lcb/test_native_helper.py compares the two).
 
-Exported: lcb_fork_test(entry, watch), and lcb_source_sha256: the hash of this file as built,
-which the harness reads from the library file before it lets a job use it. */
+Exported: lcb_fork_test(entry, watch) (one test), lcb_serve_tests(loop, entry) (the zygote's
+loop over its tests, for the many that end plainly), and lcb_source_sha256: the hash of this
+file as built, which the harness reads from the library file before it lets a job use it. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
@@ -19,7 +23,10 @@ which the harness reads from the library file before it lets a job use it. */
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <stdio.h>
+#include <string.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -194,4 +201,206 @@ int lcb_fork_test(struct lcb_entry *entry, struct lcb_watch *watch) {
     int state = wait_for(watch);
     watch->ended = monotonic();
     return state;
+}
+
+
+/* ------------------------------------------------------------------ the zygote's test loop */
+
+/* lcb_serve_tests: the zygote's loop over "run INDEX [last]" commands (see run_job), each test
+   forked, entered and watched as by lcb_fork_test, then finished as _Watched.finish and
+   run_test do (group killed, reaped with its rusage, status pipe read) and, where it ended
+   plainly (the test process said nothing on its status pipe, no descendant is left), reported
+   with the same "ran" line as _Emitter.ran writes. Anything else goes back to Python: a test
+   that said something or left a descendant (LOOP_FINISHED, with everything measured), a
+   command this loop does not parse (LOOP_COMMAND, with its descriptors), the test process
+   itself (LOOP_CHILD). */
+struct lcb_loop {
+    /* in */
+    int commands_fd, emit_fd, children_fd; /* children_fd: /proc/thread-self/children, or -1 */
+    int is_init;                           /* the zygote is init of its PID namespace */
+    int stdout_files, stderr_files;        /* per test files "stdout-N.txt" / "stderr-N.txt" */
+    double wall_limit, cpu_limit, cpu_poll_s;
+    /* out: the current test, or the command handed back */
+    int index, last, state, status, pid, status_r, status_w, input_fd;
+    double began, wall_s, cpu_s;
+    char message[257];
+    int message_len, fds[1], n_fds;
+    char said[65536];                      /* what the test process wrote on its status pipe */
+    int said_len;
+};
+
+enum { LOOP_CHILD = 1, LOOP_FINISHED = 2, LOOP_COMMAND = 3, LOOP_EOF = 4, LOOP_STOPPED = 5,
+       LOOP_LAST = 6, LOOP_GONE = 7 };
+#define LOOP_FAILED (-3000) /* minus errno */
+
+static int receive(struct lcb_loop *l) {
+    struct iovec part = {.iov_base = l->message, .iov_len = 256};
+    union { char space[CMSG_SPACE(sizeof(int))]; struct cmsghdr align; } control;
+    struct msghdr header = {.msg_iov = &part, .msg_iovlen = 1, .msg_control = control.space,
+                            .msg_controllen = sizeof(control.space)};
+    ssize_t got;
+    do
+        got = recvmsg(l->commands_fd, &header, MSG_CMSG_CLOEXEC);
+    while (got < 0 && errno == EINTR);
+    l->n_fds = 0;
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(&header); c != NULL; c = CMSG_NXTHDR(&header, c))
+        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS && c->cmsg_len >= CMSG_LEN(sizeof(int)))
+            memcpy(&l->fds[l->n_fds++], CMSG_DATA(c), sizeof(int));
+    if (got <= 0) {  /* EOF or a broken channel: the harness is done or gone */
+        for (int i = 0; i < l->n_fds; i++)
+            close(l->fds[i]);
+        l->n_fds = 0;
+        return 0;
+    }
+    l->message_len = (int)got;
+    l->message[got] = 0;
+    return 1;
+}
+
+/* "run DIGITS" then optional words, "last" among them; 1 when parsed (index, last set). */
+static int parse_run(struct lcb_loop *l) {
+    if (l->n_fds != 1 || l->message_len < 5 || strncmp(l->message, "run ", 4) != 0)
+        return 0;
+    const char *p = l->message + 4;
+    long index = 0;
+    int digits = 0;
+    for (; *p >= '0' && *p <= '9'; p++, digits++) {
+        if (digits > 9)
+            return 0;
+        index = index * 10 + (*p - '0');
+    }
+    if (digits == 0 || (*p != 0 && *p != ' '))
+        return 0;
+    l->last = 0;
+    while (*p == ' ') {
+        const char *word = ++p;
+        while (*p != 0 && *p != ' ')
+            p++;
+        if (p - word == 4 && strncmp(word, "last", 4) == 0)
+            l->last = 1;
+    }
+    if (*p != 0)  /* a NUL inside the message: not a command we parse */
+        return 0;
+    l->index = (int)index;
+    return 1;
+}
+
+static int write_all(int fd, const char *data, size_t size) {
+    while (size > 0) {
+        ssize_t done = write(fd, data, size);
+        if (done < 0) {
+            if (errno == EINTR)
+                continue;
+            return -1;
+        }
+        data += done;
+        size -= (size_t)done;
+    }
+    return 0;
+}
+
+static int descendants_left(const struct lcb_loop *l) {
+    char any[16];
+    if (!l->is_init) {  /* orphans of the test become ours as subreaper: reap those that ended */
+        int status;
+        while (waitpid(-1, &status, WNOHANG) > 0)
+            ;
+    }
+    return l->children_fd < 0 || pread(l->children_fd, any, sizeof(any), 0) != 0;
+}
+
+static const char *const STATE_NAMES[] = {"", "exit", "timeout", "cpu", "stopped"};
+
+int lcb_serve_tests(struct lcb_loop *l, struct lcb_entry *entry) {
+    char stdout_path[32], stderr_path[32];
+    for (;;) {
+        if (!receive(l))
+            return LOOP_EOF;
+        if (!parse_run(l))
+            return LOOP_COMMAND;
+        int status_pipe[2];
+        if (pipe2(status_pipe, O_CLOEXEC) != 0) {
+            close(l->fds[0]);
+            return LOOP_FAILED - errno;
+        }
+        l->status_r = status_pipe[0];
+        l->status_w = status_pipe[1];
+        l->input_fd = l->fds[0];
+        snprintf(stdout_path, sizeof(stdout_path), "stdout-%d.txt", l->index);
+        snprintf(stderr_path, sizeof(stderr_path), "stderr-%d.txt", l->index);
+        entry->input_fd = l->input_fd;
+        entry->status_w = l->status_w;
+        entry->stdout_path = l->stdout_files ? stdout_path : NULL;
+        entry->stderr_path = l->stderr_files ? stderr_path : NULL;
+        struct lcb_watch watch = {.cpu_limit = l->cpu_limit, .cpu_poll_s = l->cpu_poll_s,
+                                  .commands_fd = l->commands_fd};
+        l->began = monotonic();
+        watch.deadline = l->began + l->wall_limit;
+        int state = lcb_fork_test(entry, &watch);
+        if (watch.pid == -1 || (state <= 0 && state > LCB_FORK_FAILED)) {
+            if (state <= 0 && state > LCB_FORK_FAILED) {  /* the test process */
+                l->state = state;
+                l->began = entry->began;
+                return LOOP_CHILD;
+            }
+            close(l->status_r);
+            close(l->status_w);
+            close(l->input_fd);
+            return LOOP_FAILED - (LCB_FORK_FAILED - state);
+        }
+        close(l->status_w);
+        close(l->input_fd);
+        if (state < 0) {  /* the wait itself failed: the test process must not outlive it */
+            kill(watch.pid, SIGKILL);
+            waitpid(watch.pid, NULL, 0);
+            close(l->status_r);
+            return LOOP_FAILED - (LCB_WAIT_FAILED - state);
+        }
+        /* _Watched.finish: the group always (it may have left children), the process too if it is not done */
+        kill(-watch.pid, SIGKILL);
+        if (state != LCB_EXITED)
+            kill(watch.pid, SIGKILL);
+        struct rusage usage;
+        int status;
+        pid_t reaped;
+        do
+            reaped = wait4(watch.pid, &status, 0, &usage);
+        while (reaped < 0 && errno == EINTR);
+        if (watch.pidfd >= 0)
+            close(watch.pidfd);
+        l->pid = watch.pid;
+        l->state = state;
+        l->status = status;
+        l->wall_s = monotonic() - l->began;
+        l->cpu_s = (double)usage.ru_utime.tv_sec + (double)usage.ru_utime.tv_usec * 1e-6
+                 + (double)usage.ru_stime.tv_sec + (double)usage.ru_stime.tv_usec * 1e-6;
+        int flags = fcntl(l->status_r, F_GETFL);
+        fcntl(l->status_r, F_SETFL, flags | O_NONBLOCK);
+        l->said_len = 0;
+        for (;;) {
+            ssize_t got = read(l->status_r, l->said + l->said_len, sizeof(l->said) - (size_t)l->said_len);
+            if (got > 0 && (l->said_len += (int)got) < (int)sizeof(l->said))
+                continue;
+            if (got < 0 && errno == EINTR)
+                continue;
+            break;
+        }
+        close(l->status_r);
+        l->status_r = -1;
+        if (state == LCB_STOPPED)
+            return LOOP_STOPPED;
+        if (l->said_len > 0 || descendants_left(l))
+            return LOOP_FINISHED;
+        char line[256];
+        int ending = WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status);
+        int size = snprintf(line, sizeof(line),
+                            "{\"event\": \"ran\", \"index\": %d, \"state\": \"%s\", \"wall_s\": %.6f, "
+                            "\"cpu_s\": %.6f, \"info\": {}, \"%s\": %d}\n",
+                            l->index, STATE_NAMES[state], l->wall_s, l->cpu_s,
+                            WIFSIGNALED(status) ? "signal" : "exit_code", ending);
+        if (write_all(l->emit_fd, line, (size_t)size) != 0)
+            return LOOP_GONE;
+        if (l->last)
+            return LOOP_LAST;
+    }
 }

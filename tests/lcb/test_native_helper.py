@@ -3,6 +3,8 @@ refusing to run a test unconfined, and ending every test as the Python path it r
 
 from __future__ import annotations
 
+import os
+import socket
 import subprocess
 import sys
 import textwrap
@@ -58,7 +60,7 @@ _DIRECT = textwrap.dedent("""
     import ctypes, os, sys, time
     sys.path.insert(0, {folder!r})
     import _native
-    fork_test = _native.load()
+    fork_test = _native.load().fork_test
     devnull = os.open(os.devnull, os.O_WRONLY)
     def run(ruleset=-1, zygote=None, wall=5.0, cpu=0.0, body=lambda: os._exit(7)):
         r, w = os.pipe()
@@ -117,13 +119,14 @@ _CASES = {
 _OPEN_HELPER = "def _open(fd):\n    try:\n        os.fstat(fd)\n        return True\n    except OSError:\n        return False\n"
 
 
-def _ended(kind: str, native: bool) -> tuple[list, list, list]:
+def _ended(kind: str, native: bool, timings: bool = False) -> tuple[list, list, list]:
     mode, code, tests, extra = _CASES[kind]
     if kind == "process":
         code = "import os\n" + _OPEN_HELPER + code
-    run = run_in_sandbox(SandboxJob(mode, code, tests, native=native, **extra))
+    run = run_in_sandbox(SandboxJob(mode, code, tests, native=native, timings=timings, **extra))
     assert run.finished and not run.error, run.error
-    ran = [{k: e.get(k) for k in ("index", "state", "exit_code", "signal")} | {"said": sorted(e["info"])}
+    ran = [{k: e.get(k) for k in ("index", "state", "exit_code", "signal")}
+           | {"said": sorted(set(e["info"]) - {"stamps", "cpu_at_start"})}  # (what timings add)
            for e in run.of_kind("ran")]
     results = [{k: e.get(k) for k in ("outcome", "got", "stdout", "stderr", "exit_code", "timed_out")}
                for e in run.of_kind("test") + run.of_kind("exec")]
@@ -133,12 +136,40 @@ def _ended(kind: str, native: bool) -> tuple[list, list, list]:
 @needs_helper
 @pytest.mark.parametrize("kind", sorted(_CASES))
 def test_the_helper_ends_every_test_as_the_python_path_does(kind):
+    # the helper's loop (lcb_serve_tests), its one-test call (lcb_fork_test: with timings, and
+    # for what the loop hands back) and the Python path
     ran, results, native = _ended(kind, native=True)
+    ran_one, results_one, native_one = _ended(kind, native=True, timings=True)
     ran_python, results_python, native_python = _ended(kind, native=False)
-    assert native == [True] and native_python == [False]  # each path was the one asked for
-    assert ran == ran_python and results == results_python
+    assert native == native_one == [True] and native_python == [False]  # each path was the one asked for
+    assert ran == ran_one == ran_python and results == results_one == results_python
     if kind == "process":  # own group, no inherited descriptor, the memory file as stdin, both limits
         lines = results[0]["stdout"].splitlines()
         assert lines[0].startswith("True 0 memfd:") and lines[1].startswith("(") and results[0]["exit_code"] == 0, lines
     if kind in ("cpu", "wall"):
         assert ran[0]["state"] == kind.replace("wall", "timeout") and ran[0]["signal"] == 9
+
+
+def test_commands_the_loop_does_not_parse_are_handled_as_before(monkeypatch):
+    # before each test the harness (patched) sends two commands that are not "run INDEX" with
+    # one descriptor: the helper's loop hands them back and Python ignores them, as it always did
+    real_send = sandbox._send_test
+    sent = []
+
+    def send_with_noise(commands, index, text, last=False):
+        noise = os.memfd_create("noise")
+        try:
+            socket.send_fds(commands, [b"hello there"], [noise])
+            socket.send_fds(commands, [f"run {index}".encode()], [])  # no input descriptor
+        finally:
+            os.close(noise)
+        sent.append(index)
+        real_send(commands, index, text, last)
+
+    monkeypatch.setattr(sandbox, "_send_test", send_with_noise)
+    for native in (True, False):
+        run = run_in_sandbox(SandboxJob("stdin", "print(int(input()) + 1)\n", (("1\n", "2"), ("5\n", "6")), native=native))
+        assert run.finished and not run.error, run.error
+        assert [e["outcome"] for e in run.of_kind("test")] == ["passed", "passed"]
+        assert [e["index"] for e in run.of_kind("ran")] == [0, 1]
+    assert sent == [0, 1, 0, 1]
