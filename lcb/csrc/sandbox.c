@@ -209,8 +209,8 @@ int lcb_fork_test(struct lcb_entry *entry, struct lcb_watch *watch) {
 /* lcb_serve_tests: the zygote's loop over "run INDEX [last]" commands (see run_job), each test
    forked, entered and watched as by lcb_fork_test, then finished as _Watched.finish and
    run_test do (group killed, reaped with its rusage, status pipe read) and, where it ended
-   plainly (the test process said nothing on its status pipe, no descendant is left), reported
-   with the same "ran" line as _Emitter.ran writes. Anything else goes back to Python: a test
+   plainly (the test process said nothing on its status pipe, or just what a functional test
+   that returned says; no descendant is left), reported with the "ran" line Python would write. Anything else goes back to Python: a test
    that said something or left a descendant (LOOP_FINISHED, with everything measured), a
    command this loop does not parse (LOOP_COMMAND, with its descriptors), the test process
    itself (LOOP_CHILD). */
@@ -311,6 +311,64 @@ static int descendants_left(const struct lcb_loop *l) {
 
 static const char *const STATE_NAMES[] = {"", "exit", "timeout", "cpu", "stopped"};
 
+/* A JSON number at p (RFC 8259 grammar), at most 40 characters: its length, or 0. */
+static int json_number(const char *p, const char *end) {
+    const char *start = p;
+    if (p < end && *p == '-')
+        p++;
+    if (p < end && *p == '0')
+        p++;
+    else if (p < end && *p >= '1' && *p <= '9')
+        while (p < end && *p >= '0' && *p <= '9')
+            p++;
+    else
+        return 0;
+    if (p < end && *p == '.') {
+        const char *digits = ++p;
+        while (p < end && *p >= '0' && *p <= '9')
+            p++;
+        if (p == digits)
+            return 0;
+    }
+    if (p < end && (*p == 'e' || *p == 'E')) {
+        p++;
+        if (p < end && (*p == '+' || *p == '-'))
+            p++;
+        const char *digits = p;
+        while (p < end && *p >= '0' && *p <= '9')
+            p++;
+        if (p == digits)
+            return 0;
+    }
+    return p - start <= 40 ? (int)(p - start) : 0;
+}
+
+/* The two lines a functional test process that returned says (_functional_process), exactly as
+   json.dumps writes them: {"setup_cpu_s": NUMBER}\n{"returned": NUMBER}\n. Where the status
+   pipe held exactly that, "info" is written as _status_info would make it; anything else is
+   left to Python. Returns the length written into info (0: not that). */
+static int functional_info(const char *said, int size, char *info, int room) {
+    static const char first[] = "{\"setup_cpu_s\": ", second[] = "}\n{\"returned\": ", last[] = "}\n";
+    const char *p = said, *end = said + size;
+    if (size < (int)sizeof(first) || memcmp(p, first, sizeof(first) - 1) != 0)
+        return 0;
+    p += sizeof(first) - 1;
+    int cpu = json_number(p, end);
+    const char *cpu_at = p;
+    p += cpu;
+    if (cpu == 0 || end - p < (long)sizeof(second) - 1 || memcmp(p, second, sizeof(second) - 1) != 0)
+        return 0;
+    p += sizeof(second) - 1;
+    int returned = json_number(p, end);
+    const char *returned_at = p;
+    p += returned;
+    if (returned == 0 || end - p != (long)sizeof(last) - 1 || memcmp(p, last, sizeof(last) - 1) != 0)
+        return 0;
+    int written = snprintf(info, (size_t)room, "{\"setup_cpu_s\": %.*s, \"returned\": %.*s}",
+                           cpu, cpu_at, returned, returned_at);
+    return written > 0 && written < room ? written : 0;
+}
+
 int lcb_serve_tests(struct lcb_loop *l, struct lcb_entry *entry) {
     char stdout_path[32], stderr_path[32];
     for (;;) {
@@ -389,14 +447,16 @@ int lcb_serve_tests(struct lcb_loop *l, struct lcb_entry *entry) {
         l->status_r = -1;
         if (state == LCB_STOPPED)
             return LOOP_STOPPED;
-        if (l->said_len > 0 || descendants_left(l))
+        char info[128] = "{}";
+        if ((l->said_len > 0 && functional_info(l->said, l->said_len, info, sizeof(info)) == 0)
+            || descendants_left(l))
             return LOOP_FINISHED;
-        char line[256];
+        char line[384];
         int ending = WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status);
         int size = snprintf(line, sizeof(line),
                             "{\"event\": \"ran\", \"index\": %d, \"state\": \"%s\", \"wall_s\": %.6f, "
-                            "\"cpu_s\": %.6f, \"info\": {}, \"%s\": %d}\n",
-                            l->index, STATE_NAMES[state], l->wall_s, l->cpu_s,
+                            "\"cpu_s\": %.6f, \"info\": %s, \"%s\": %d}\n",
+                            l->index, STATE_NAMES[state], l->wall_s, l->cpu_s, info,
                             WIFSIGNALED(status) ? "signal" : "exit_code", ending);
         if (write_all(l->emit_fd, line, (size_t)size) != 0)
             return LOOP_GONE;

@@ -109,6 +109,11 @@ _CASES = {
     "functional": ("functional", "class Solution:\n    def twice(self, x):\n        if x == 2:\n            raise KeyError(x)\n"
                                  "        return [x] * 2\n",
                    (("1", "[1, 1]"), ("2", "[2, 2]"), ("3", "[3]")), {"fn_name": "twice"}),
+    # a program that writes on the status pipe itself: lines the helper must not take as its own
+    "forged": ("functional", "import os\nclass Solution:\n    def f(self, x):\n"
+                             "        os.write(3, [b'{\"setup_cpu_s\": 01}\\n', b'{\"returned\": 7}\\n{\"returned\": 2}\\n',"
+                             " b'{\"setup_cpu_s\": 1e5}\\n{\"returned\": 9}\\n', b'\\x00'][x])\n        return x\n",
+               tuple((str(x), str(x)) for x in range(4)), {"fn_name": "f", "guard": False}),
     "cpu": ("stdin", "while True:\n    pass\n", (("", ""),), {"timeout_s": 0.4}),
     "wall": ("stdin", "import time\ntime.sleep(5)\n", (("", ""),), {"timeout_s": 0.3, "wall_limit_s": 0.6}),
     "exec": ("exec", "import sys\nprint(sys.stdin.read().upper())\nprint('to stderr', file=sys.stderr)\n",
@@ -126,7 +131,8 @@ def _ended(kind: str, native: bool, timings: bool = False) -> tuple[list, list, 
     run = run_in_sandbox(SandboxJob(mode, code, tests, native=native, timings=timings, **extra))
     assert run.finished and not run.error, run.error
     ran = [{k: e.get(k) for k in ("index", "state", "exit_code", "signal")}
-           | {"said": sorted(set(e["info"]) - {"stamps", "cpu_at_start"})}  # (what timings add)
+           | {"said": sorted(set(e["info"]) - {"stamps", "cpu_at_start"}),  # (what timings add)
+              "returned": e["info"].get("returned")}
            for e in run.of_kind("ran")]
     results = [{k: e.get(k) for k in ("outcome", "got", "stdout", "stderr", "exit_code", "timed_out")}
                for e in run.of_kind("test") + run.of_kind("exec")]
