@@ -167,9 +167,17 @@ _libc_fork.restype = ctypes.c_int
 _libc_fork.argtypes = []
 
 
-# The C helper (lcb/csrc/sandbox.c), mapped once here; a job uses it only where the harness has
-# checked that it was built from the source beside it (job["native"]).
-_NATIVE = _native.load(verify=False)
+# The C helper (lcb/csrc/sandbox.c), mapped once by the fork server (or a one-shot zygote) where
+# the harness has checked its build (main, --native); a job uses it where the harness says so.
+_NATIVE: _native.Helper | None = None
+
+
+def _use_native(source_sha256: str | None) -> None:
+    """Map the helper if the library file is still the one the harness checked: built from the
+    source whose hash it passed (without hashing here: hashlib would map OpenSSL into every fork)."""
+    global _NATIVE
+    if source_sha256 and _native.built_from(_native.LIBRARY) == source_sha256:
+        _NATIVE = _native.load(verify=False)
 
 
 def _only_known_at_fork_hooks() -> bool:
@@ -1477,6 +1485,9 @@ def _reap(zygotes: dict[int, str], namespaces: _isolate.ZygoteNamespaces) -> Non
 
 
 def main(argv: list[str]) -> None:
+    if len(argv) >= 3 and argv[-2] == "--native":  # the helper's source hash, as the harness checked it
+        _use_native(argv[-1])
+        argv = argv[:-2]
     if len(argv) in (3, 4) and argv[1] == "--server" and argv[3:] in ([], ["--no-spare"]):
         serve(int(argv[2]), pipelined=argv[3:] != ["--no-spare"])
         return
@@ -1487,7 +1498,7 @@ def main(argv: list[str]) -> None:
         os.dup2(devnull, 1)
         os.close(devnull)
         _zygote_main(argv[2], result_fd, int(argv[4]))
-    print("usage: _child.py --server FD [--no-spare] | --job PATH --commands FD", file=sys.stderr)
+    print("usage: _child.py --server FD [--no-spare] | --job PATH --commands FD  [--native SHA256]", file=sys.stderr)
     sys.exit(2)
 
 

@@ -137,6 +137,12 @@ def native_helper() -> bool:
     return raw != "0" and _native.ensure_built() is None
 
 
+def _native_arguments() -> list[str]:
+    """For the fork server's (or a one-shot zygote's) command line: the hash of the helper's
+    source it may load the library for (it checks the library carries it), or nothing."""
+    return ["--native", _native.source_sha256()] if native_helper() else []
+
+
 _MEMORY_FOLDER, _MEMORY_FOLDER_MIN_FREE = "/dev/shm", 1024**3
 _JOB_ROOT: list[str | None] = []
 
@@ -326,12 +332,11 @@ class _ForkServer:
         return proc.pid if proc is not None and proc.poll() is None else None
 
     def _start(self) -> None:
-        native_helper()  # built before the server maps it
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             self._proc = subprocess.Popen(
                 [sys.executable, "-s", CHILD_SCRIPT, "--server", str(theirs.fileno())]
-                + ([] if self.pipelined else ["--no-spare"]),
+                + ([] if self.pipelined else ["--no-spare"]) + _native_arguments(),
                 pass_fds=[theirs.fileno()], env=scrubbed_env(), cwd="/",
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                 start_new_session=True,
@@ -610,7 +615,8 @@ def _run_one_shot(job_path: str, job: SandboxJob, folder: str, deadline: float, 
     ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     try:
         proc = subprocess.Popen(
-            [sys.executable, "-s", CHILD_SCRIPT, "--job", job_path, "--commands", str(theirs.fileno())],
+            [sys.executable, "-s", CHILD_SCRIPT, "--job", job_path, "--commands", str(theirs.fileno())]
+            + _native_arguments(),
             cwd=folder, env=scrubbed_env(), pass_fds=[theirs.fileno()],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
             start_new_session=True,

@@ -236,16 +236,27 @@ enum { LOOP_CHILD = 1, LOOP_FINISHED = 2, LOOP_COMMAND = 3, LOOP_EOF = 4, LOOP_S
 static int receive(struct lcb_loop *l) {
     struct iovec part = {.iov_base = l->message, .iov_len = 256};
     union { char space[CMSG_SPACE(sizeof(int))]; struct cmsghdr align; } control;
+    /* room for one descriptor, as socket.recv_fds(sock, 256, 1): the kernel drops any more */
     struct msghdr header = {.msg_iov = &part, .msg_iovlen = 1, .msg_control = control.space,
-                            .msg_controllen = sizeof(control.space)};
+                            .msg_controllen = CMSG_LEN(sizeof(int))};
     ssize_t got;
     do
         got = recvmsg(l->commands_fd, &header, MSG_CMSG_CLOEXEC);
     while (got < 0 && errno == EINTR);
     l->n_fds = 0;
-    for (struct cmsghdr *c = CMSG_FIRSTHDR(&header); c != NULL; c = CMSG_NXTHDR(&header, c))
-        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS && c->cmsg_len >= CMSG_LEN(sizeof(int)))
-            memcpy(&l->fds[l->n_fds++], CMSG_DATA(c), sizeof(int));
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(&header); c != NULL; c = CMSG_NXTHDR(&header, c)) {
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+            continue;
+        size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t i = 0; i < count; i++) {
+            int fd;
+            memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+            if (l->n_fds < 1)
+                l->fds[l->n_fds++] = fd;
+            else
+                close(fd);  /* never more than one kept, none left open */
+        }
+    }
     if (got <= 0) {  /* EOF or a broken channel: the harness is done or gone */
         for (int i = 0; i < l->n_fds; i++)
             close(l->fds[i]);

@@ -179,3 +179,15 @@ def test_commands_the_loop_does_not_parse_are_handled_as_before(monkeypatch):
         assert [e["outcome"] for e in run.of_kind("test")] == ["passed", "passed"]
         assert [e["index"] for e in run.of_kind("ran")] == [0, 1]
     assert sent == [0, 1, 0, 1]
+
+
+@needs_helper
+def test_the_sandbox_maps_only_the_library_the_harness_checked(monkeypatch):
+    # the one-shot zygote (like the fork server) gets the source hash the harness checked and
+    # maps the library only if the file carries it: a library swapped after the check is not used
+    job = SandboxJob("stdin", "print(input())\n", (("x\n", "x"),))
+    assert [e["native"] for e in run_in_sandbox(job, use_fork_server=False).of_kind("ready")] == [True]
+    monkeypatch.setattr(sandbox, "_native_arguments", lambda: ["--native", "0" * 64])
+    run = run_in_sandbox(job, use_fork_server=False)
+    assert [e["native"] for e in run.of_kind("ready")] == [False]
+    assert [e["outcome"] for e in run.of_kind("test")] == ["passed"]  # by the Python path
