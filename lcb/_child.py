@@ -1130,7 +1130,7 @@ def _serve_tests_natively(job: dict, code, commands: socket.socket, emit: _Emitt
         if reason == _native.LOOP_FINISHED:  # it said something, or left a descendant
             kill_all_descendants()
             report = {"index": loop.index, "state": _native.STATES[loop.state], "wall_s": round(loop.wall_s, 6),
-                      "cpu_s": round(loop.cpu_s, 6), "info": _status_info(_native.raw(loop, "said", loop.said_len))}
+                      "cpu_s": round(loop.cpu_s, 6), "info": _status_info(ctypes.string_at(loop.said, loop.said_len))}
             if os.WIFSIGNALED(loop.status):
                 report["signal"] = os.WTERMSIG(loop.status)
             else:

@@ -47,7 +47,7 @@ class Loop(ctypes.Structure):
                 ("pid", ctypes.c_int), ("status_r", ctypes.c_int), ("status_w", ctypes.c_int), ("input_fd", ctypes.c_int),
                 ("began", ctypes.c_double), ("wall_s", ctypes.c_double), ("cpu_s", ctypes.c_double),
                 ("message", ctypes.c_char * 257), ("message_len", ctypes.c_int), ("fds", ctypes.c_int * 1),
-                ("n_fds", ctypes.c_int), ("said", ctypes.c_char * 65536), ("said_len", ctypes.c_int)]
+                ("n_fds", ctypes.c_int), ("said", ctypes.c_void_p), ("said_len", ctypes.c_int)]
 
 
 def raw(record: ctypes.Structure, field: str, size: int) -> bytes:

@@ -225,9 +225,13 @@ struct lcb_loop {
     double began, wall_s, cpu_s;
     char message[257];
     int message_len, fds[1], n_fds;
-    char said[65536];                      /* what the test process wrote on its status pipe */
+    const char *said;                      /* what the test process wrote on its status pipe */
     int said_len;
 };
+
+/* Here rather than in the struct: a zygote's pages of it are touched only when a test says
+   something (the caller's struct is zeroed when made, all 16 pages of it) */
+static char said_buffer[65536];
 
 enum { LOOP_CHILD = 1, LOOP_FINISHED = 2, LOOP_COMMAND = 3, LOOP_EOF = 4, LOOP_STOPPED = 5,
        LOOP_LAST = 6, LOOP_GONE = 7 };
@@ -445,10 +449,11 @@ int lcb_serve_tests(struct lcb_loop *l, struct lcb_entry *entry) {
                  + (double)usage.ru_stime.tv_sec + (double)usage.ru_stime.tv_usec * 1e-6;
         int flags = fcntl(l->status_r, F_GETFL);
         fcntl(l->status_r, F_SETFL, flags | O_NONBLOCK);
+        l->said = said_buffer;
         l->said_len = 0;
         for (;;) {
-            ssize_t got = read(l->status_r, l->said + l->said_len, sizeof(l->said) - (size_t)l->said_len);
-            if (got > 0 && (l->said_len += (int)got) < (int)sizeof(l->said))
+            ssize_t got = read(l->status_r, said_buffer + l->said_len, sizeof(said_buffer) - (size_t)l->said_len);
+            if (got > 0 && (l->said_len += (int)got) < (int)sizeof(said_buffer))
                 continue;
             if (got < 0 && errno == EINTR)
                 continue;
