@@ -470,8 +470,13 @@ def _breakdown(args) -> int:
         for name, count in fault_parts.items():
             faults[name] = faults.get(name, 0) + count
     load = os.getloadavg()
+    native = sum(1 for run in runs for e in run.events if e.get("event") == "ready" and e.get("native"))
     lines = [f"{len(items)} programs, {len(tests)} tests, {args.workers} workers, wall {wall:.2f} s, "
-             f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}", "",
+             f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}",
+             f"test processes forked by the C helper in {native} of {len(runs)} programs, one call per test (the "
+             f"stamps below need Python between tests; grading without them runs the helper's loop, which "
+             f"costs less per test: see --cost-model)" if native else
+             "test processes forked by the Python path (LCB_SANDBOX_NATIVE=0, or the C helper is not built)", "",
              f"{'per program':<46} {'total s':>9} {'mean ms':>9}"]
     for i, name in enumerate(_PROGRAM_PARTS):
         total = sum(p[i] for p in programs)
