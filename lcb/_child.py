@@ -484,8 +484,7 @@ def _begin_test_process(job: dict, status_w: int, stdin: int, stdout: str | None
                         entered: tuple[int, float] | None) -> list[float] | None:
     """The test process's entry: made here (``entered`` None), or already by the C helper
     (``entered``: its result, negative for a failed step, and when the process began; random is
-    reseeded then). Returns
-    the timing stamps so far (with ``timings``): when the process began, before its entry."""
+    reseeded then). Returns the timing stamps so far (with ``timings``): when the process began."""
     if entered is None:
         stamps = [time.monotonic()] if job["timings"] else None
         _enter_test_process(job, status_w, stdin, stdout, stderr)
@@ -856,13 +855,17 @@ def _native_entry(job: dict, index: int, input_fd: int, status_w: int) -> _nativ
                          (ctypes.c_ulonglong * _native.MAX_RLIMITS)(*(value for _, value in limits)))
 
 
+def _native_cpu_limit(job: dict) -> float:
+    return -1.0 if job["cpu_limit_s"] is None else float(job["cpu_limit_s"])  # negative: none
+
+
 def _fork_and_watch_natively(job: dict, code, index: int, input_fd: int, status_w: int, began: float,
                              commands: socket.socket) -> tuple[_Watched, str, float, float]:
     """The C helper's fork, the test process's entry and the zygote's wait in one call (see
     lcb/csrc/sandbox.c): the same steps as the Python path, without running Python in between.
     In the test process it does not return; in the zygote: (watched, state, forked, ended)."""
     entry = _native_entry(job, index, input_fd, status_w)
-    watch = _native.Watch(began + job["wall_limit_s"], job["cpu_limit_s"] or 0.0, _CPU_POLL_S, commands.fileno())
+    watch = _native.Watch(began + job["wall_limit_s"], _native_cpu_limit(job), _CPU_POLL_S, commands.fileno())
     result = _NATIVE.fork_test(ctypes.byref(entry), ctypes.byref(watch))
     if _native.FORK_FAILED < result <= 0:  # in the test process, entered (or not: result < 0)
         _PROCESSES[job["mode"]](job, code, status_w, index, input_fd, entered=(result, entry.began))
@@ -1120,7 +1123,7 @@ def _serve_tests_natively(job: dict, code, commands: socket.socket, emit: _Emitt
     finished here exactly as in _run_command and run_test."""
     loop = _native.Loop(commands.fileno(), emit.fd, _CHILDREN_FD[0] if _CHILDREN_FD else -1, os.getpid() == 1,
                         job["mode"] != "functional", job["mode"] == "exec",
-                        job["wall_limit_s"], job["cpu_limit_s"] or 0.0, _CPU_POLL_S)
+                        job["wall_limit_s"], _native_cpu_limit(job), _CPU_POLL_S)
     entry = _native_entry(job, 0, -1, -1)  # the loop fills in each test's descriptors and files
     while True:
         reason = _NATIVE.serve_tests(ctypes.byref(loop), ctypes.byref(entry))

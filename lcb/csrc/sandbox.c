@@ -66,7 +66,7 @@ struct lcb_entry {
 /* How the zygote waits (see _Watched.wait); pid, pidfd and the two times are outputs. */
 struct lcb_watch {
     double deadline;     /* CLOCK_MONOTONIC, i.e. Python's time.monotonic() */
-    double cpu_limit;    /* seconds of the test process's CPU clock, <= 0 for none */
+    double cpu_limit;    /* seconds of the test process's CPU clock, negative for none */
     double cpu_poll_s;   /* how often the CPU clock is read */
     int commands_fd;     /* the harness's channel: a hang-up stops the wait, -1 for none */
     int pid, pidfd;
@@ -148,7 +148,7 @@ static int wait_for(struct lcb_watch *w) {
         if (remaining <= 0)
             return LCB_TIMEOUT;
         double step = w->pidfd >= 0 ? remaining : (remaining < 0.002 ? remaining : 0.002);
-        if (w->cpu_limit > 0 && step > w->cpu_poll_s)
+        if (w->cpu_limit >= 0 && step > w->cpu_poll_s)
             step = w->cpu_poll_s;
         struct pollfd fds[2];
         int n = 0;
@@ -173,7 +173,7 @@ static int wait_for(struct lcb_watch *w) {
         watch_hangup = commands >= 0;
         if (w->pidfd >= 0 ? (ready > 0 && fds[0].revents) : exited(w))
             return LCB_EXITED;
-        if (w->cpu_limit > 0) {
+        if (w->cpu_limit >= 0) {
             if (clock_state == 0)  /* asked only now: most tests end within the first round */
                 clock_state = clock_getcpuclockid(w->pid, &clock) == 0 ? 1 : -1;
             struct timespec used;

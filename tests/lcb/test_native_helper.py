@@ -62,7 +62,7 @@ _DIRECT = textwrap.dedent("""
     import _native
     fork_test = _native.load().fork_test
     devnull = os.open(os.devnull, os.O_WRONLY)
-    def run(ruleset=-1, zygote=None, wall=5.0, cpu=0.0, body=lambda: os._exit(7)):
+    def run(ruleset=-1, zygote=None, wall=5.0, cpu=-1.0, body=lambda: os._exit(7)):
         r, w = os.pipe()
         entry = _native.Entry(os.open(os.devnull, os.O_RDONLY), w, 3, devnull, ruleset,
                               os.getpid() if zygote is None else zygote, None, None, 0)
