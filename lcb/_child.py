@@ -13,6 +13,10 @@ Process tree (all single-threaded, so forking is safe)::
 
 The server forks each zygote ahead, while the previous program runs (``_Spare``): it waits,
 having done only what is the same for every program, for the one job it will ever get.
+Where the harness has built and checked it, a C helper (lcb/csrc/sandbox.c, via lcb/_native.py)
+runs the zygote's loop over its tests and each test process's entry, with no Python between two
+tests (``_serve_tests_natively``); what it hands back, and everything without it, is the Python
+path below.
 The zygote is init of a PID namespace of its own: as root the fork server prepares it (and a
 network namespace from its pool) before the fork; otherwise the zygote's first process creates
 it inside a user namespace and stays behind as its warden (between server and zygote).
