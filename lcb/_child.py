@@ -174,14 +174,17 @@ _libc_fork.argtypes = []
 # The C helper (lcb/csrc/sandbox.c), mapped once by the fork server (or a one-shot zygote) where
 # the harness has checked its build (main, --native); a job uses it where the harness says so.
 _NATIVE: _native.Helper | None = None
+_NATIVE_RANDOM: tuple[int, int] | None = None  # where the loop reseeds random._inst (Helper.generator_words)
 
 
 def _use_native(source_sha256: str | None) -> None:
     """Map the helper if the library file is still the one the harness checked: built from the
     source whose hash it passed (without hashing here: hashlib would map OpenSSL into every fork)."""
-    global _NATIVE
+    global _NATIVE, _NATIVE_RANDOM
     if source_sha256 and _native.built_from(_native.LIBRARY) == source_sha256:
         _NATIVE = _native.load(verify=False)
+        if _NATIVE is not None:
+            _NATIVE_RANDOM = _NATIVE.generator_words(random._inst)
 
 
 def _only_known_at_fork_hooks() -> bool:
@@ -485,26 +488,26 @@ def _enter_module(job: dict) -> dict:
 
 
 def _begin_test_process(job: dict, status_w: int, stdin: int, stdout: str | None, stderr: str | None,
-                        entered: tuple[int, float] | None) -> list[float] | None:
+                        entered: tuple[int, float, bool] | None) -> list[float] | None:
     """The test process's entry: made here (``entered`` None), or already by the C helper
-    (``entered``: its result, negative for a failed step, and when the process began; random is
-    reseeded then). Returns the timing stamps so far (with ``timings``): when the process began."""
+    (``entered``: its result, negative for a failed step, when the process began, and whether the
+    zygote reseeded random for it). Returns the timing stamps so far (with ``timings``): when the
+    process began."""
     if entered is None:
         stamps = [time.monotonic()] if job["timings"] else None
         _enter_test_process(job, status_w, stdin, stdout, stderr)
     else:
-        result, began = entered
+        result, began, reseeded = entered
         if result < 0:
             raise OSError(f"test process set-up: {_native.ENTRY_FAILURES.get(result, result)}")
         stamps = [began] if job["timings"] else None
-        # what random's at-fork hook does, here: the C helper's loop leaves the zygote no turn
-        # between two tests to reseed for the next one (as _fresh_random_state does otherwise)
-        random._inst.seed()
+        if not reseeded:  # what random's at-fork hook does (the loop leaves the zygote no turn for it)
+            random._inst.seed()
     return stamps
 
 
 def _script_process(job: dict, code, status_w: int, index: int, input_fd: int,
-                    entered: tuple[int, float] | None = None) -> None:
+                    entered: tuple[int, float, bool] | None = None) -> None:
     """Run the program as ``python main.py`` would, with the prelude first. Never returns."""
     exit_code = 0
     graded = job["mode"] != "exec"
@@ -532,7 +535,7 @@ def _script_process(job: dict, code, status_w: int, index: int, input_fd: int,
 
 
 def _functional_process(job: dict, code, status_w: int, index: int, input_fd: int,
-                        entered: tuple[int, float] | None = None) -> None:
+                        entered: tuple[int, float, bool] | None = None) -> None:
     """Call the method on this test's arguments and leave the encoded return value behind."""
     try:
         stamps = _begin_test_process(job, status_w, input_fd, None, None, entered)
@@ -872,7 +875,7 @@ def _fork_and_watch_natively(job: dict, code, index: int, input_fd: int, status_
     watch = _native.Watch(began + job["wall_limit_s"], _native_cpu_limit(job), _CPU_POLL_S, commands.fileno())
     result = _NATIVE.fork_test(ctypes.byref(entry), ctypes.byref(watch))
     if _native.FORK_FAILED < result <= 0:  # in the test process, entered (or not: result < 0)
-        _PROCESSES[job["mode"]](job, code, status_w, index, input_fd, entered=(result, entry.began))
+        _PROCESSES[job["mode"]](job, code, status_w, index, input_fd, entered=(result, entry.began, False))
         os._exit(1)  # not reached
     if result <= _native.WAIT_FAILED:
         _os_kill(watch.pid, signal.SIGKILL)
@@ -1127,12 +1130,13 @@ def _serve_tests_natively(job: dict, code, commands: socket.socket, emit: _Emitt
     finished here exactly as in _run_command and run_test."""
     loop = _native.Loop(commands.fileno(), emit.fd, _CHILDREN_FD[0] if _CHILDREN_FD else -1, os.getpid() == 1,
                         job["mode"] != "functional", job["mode"] == "exec",
-                        job["wall_limit_s"], _native_cpu_limit(job), _CPU_POLL_S)
+                        job["wall_limit_s"], _native_cpu_limit(job), _CPU_POLL_S, *(_NATIVE_RANDOM or (None, None)))
     entry = _native_entry(job, 0, -1, -1)  # the loop fills in each test's descriptors and files
     while True:
         reason = _NATIVE.serve_tests(ctypes.byref(loop), ctypes.byref(entry))
         if reason == _native.LOOP_CHILD:  # the test process
-            _PROCESSES[job["mode"]](job, code, loop.status_w, loop.index, loop.input_fd, entered=(loop.state, loop.began))
+            _PROCESSES[job["mode"]](job, code, loop.status_w, loop.index, loop.input_fd,
+                                    entered=(loop.state, loop.began, bool(loop.reseeded)))
             os._exit(1)  # not reached
         if reason == _native.LOOP_FINISHED:  # it said something, or left a descendant
             kill_all_descendants()

@@ -20,6 +20,7 @@ FOLDER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "csrc")
 SOURCE = os.path.join(FOLDER, "sandbox.c")
 LIBRARY = os.path.join(FOLDER, "liblcbsandbox.so")
 MAX_RLIMITS = 8  # LCB_MAX_RLIMITS
+MT_WORDS = 624  # MT_N
 
 
 class Entry(ctypes.Structure):
@@ -43,6 +44,7 @@ class Loop(ctypes.Structure):
     _fields_ = [("commands_fd", ctypes.c_int), ("emit_fd", ctypes.c_int), ("children_fd", ctypes.c_int),
                 ("is_init", ctypes.c_int), ("stdout_files", ctypes.c_int), ("stderr_files", ctypes.c_int),
                 ("wall_limit", ctypes.c_double), ("cpu_limit", ctypes.c_double), ("cpu_poll_s", ctypes.c_double),
+                ("mt_state", ctypes.c_void_p), ("mt_index", ctypes.c_void_p), ("reseeded", ctypes.c_int),
                 ("index", ctypes.c_int), ("last", ctypes.c_int), ("state", ctypes.c_int), ("status", ctypes.c_int),
                 ("pid", ctypes.c_int), ("status_r", ctypes.c_int), ("status_w", ctypes.c_int), ("input_fd", ctypes.c_int),
                 ("began", ctypes.c_double), ("wall_s", ctypes.c_double), ("cpu_s", ctypes.c_double),
@@ -96,6 +98,34 @@ class Helper:
         self.serve_tests = library.lcb_serve_tests
         self.serve_tests.restype = ctypes.c_int
         self.serve_tests.argtypes = [ctypes.POINTER(Loop), ctypes.POINTER(Entry)]
+        self.seed_mt = library.lcb_seed_mt
+        self.seed_mt.restype = ctypes.c_int
+        self.seed_mt.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint32), ctypes.c_size_t]
+
+    def generator_words(self, generator) -> tuple[int, int] | None:
+        """Where the loop may seed ``generator`` (a ``random.Random``) itself: the addresses of its
+        624 state words and its index, or None. Only where that layout is CPython 3.11's
+        (_randommodule.c: the object header, an int index, the words; read back, never written,
+        to check) and the helper's seeding then yields exactly what ``random.Random(key)`` makes of
+        the same 624-word key (on a scratch generator)."""
+        import random
+        if type(generator) is not random.Random or sys.version_info[:2] != (3, 11) or ctypes.sizeof(ctypes.c_void_p) != 8:
+            return None
+        index_at, words_at = 16, 20
+        probe = random.Random(0)
+        probe.setstate((3, tuple(range(7, 7 + MT_WORDS)) + (MT_WORDS,), None))
+        raw = ctypes.string_at(id(probe), words_at + 4 * MT_WORDS)
+        if (int.from_bytes(raw[index_at:index_at + 4], sys.byteorder) != MT_WORDS
+                or list(memoryview(raw[words_at:]).cast("I")) != list(range(7, 7 + MT_WORDS))):
+            return None
+        key = [int.from_bytes(os.urandom(4), "little") for _ in range(MT_WORDS)]
+        key[-1] |= 1 << 31  # all 624 words used (seed(int) drops leading zero words)
+        expected = random.Random(sum(word << (32 * i) for i, word in enumerate(key))).getstate()
+        if self.seed_mt(id(probe) + words_at, id(probe) + index_at, (ctypes.c_uint32 * MT_WORDS)(*key), MT_WORDS) != 0:
+            return None
+        if probe.getstate() != expected:
+            return None
+        return id(generator) + words_at, id(generator) + index_at
 
 
 def load(verify: bool = True, path: str | None = None) -> Helper | None:

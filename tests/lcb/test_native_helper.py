@@ -191,3 +191,31 @@ def test_the_sandbox_maps_only_the_library_the_harness_checked(monkeypatch):
     run = run_in_sandbox(job, use_fork_server=False)
     assert [e["native"] for e in run.of_kind("ready")] == [False]
     assert [e["outcome"] for e in run.of_kind("test")] == ["passed"]  # by the Python path
+
+
+_SEEDING = textwrap.dedent("""
+    import random, sys
+    sys.path.insert(0, {folder!r})
+    import _native
+    helper = _native.load()
+    words = helper.generator_words(random._inst)
+    before = random._inst.getstate()
+    assert words is not None and helper.seed_mt(words[0], words[1], None, 0) == 0
+    after = random._inst.getstate()
+    print(after != before, after[1][-1] == 624, len({{random.random() for _ in range(100)}}))
+    class Mine(random.Random):
+        pass
+    print(helper.generator_words(Mine()))     # not the layout it checked
+    helper.seed_mt = lambda *args: 0           # a seeding that does not match CPython's
+    print(helper.generator_words(random._inst))
+""")
+
+
+@needs_helper
+def test_the_loop_reseeds_random_only_where_its_seeding_provably_matches_cpythons():
+    # the zygote's loop seeds random._inst before each fork (lcb_seed_mt); generator_words allows
+    # that only after checking the object's layout and the seeding against random.Random(key)
+    script = _SEEDING.format(folder=str(Path(_native.__file__).parent))
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split("\n")[:3] == ["True True 100", "None", "None"]
