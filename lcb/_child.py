@@ -174,7 +174,7 @@ _libc_fork.argtypes = []
 # The C helper (lcb/csrc/sandbox.c), mapped once by the fork server (or a one-shot zygote) where
 # the harness has checked its build (main, --native); a job uses it where the harness says so.
 _NATIVE: _native.Helper | None = None
-_NATIVE_RANDOM: tuple[int, int] | None = None  # where the loop reseeds random._inst (Helper.generator_words)
+_NATIVE_RANDOM: tuple[int, int] | None = None  # where the helper reseeds random._inst (Helper.generator_words)
 
 
 def _use_native(source_sha256: str | None) -> None:
@@ -814,7 +814,7 @@ def run_test(job: dict, code, index: int, input_fd: int, commands: socket.socket
     began, began_cpu = time.monotonic(), time.thread_time()
     if job["native"]:
         watched, state, forked, ended = _fork_and_watch_natively(job, code, index, input_fd, status_w, began, commands)
-        raw = False  # the test process has reseeded random itself (_begin_test_process)
+        raw = False  # random was reseeded for the test process (by the helper, or by it: _begin_test_process)
         os.close(status_w)
         os.close(input_fd)
     else:
@@ -872,10 +872,11 @@ def _fork_and_watch_natively(job: dict, code, index: int, input_fd: int, status_
     lcb/csrc/sandbox.c): the same steps as the Python path, without running Python in between.
     In the test process it does not return; in the zygote: (watched, state, forked, ended)."""
     entry = _native_entry(job, index, input_fd, status_w)
-    watch = _native.Watch(began + job["wall_limit_s"], _native_cpu_limit(job), _CPU_POLL_S, commands.fileno())
+    watch = _native.Watch(began + job["wall_limit_s"], _native_cpu_limit(job), _CPU_POLL_S, commands.fileno(),
+                          -1, -1, 0.0, 0.0, *(_NATIVE_RANDOM or (None, None)))
     result = _NATIVE.fork_test(ctypes.byref(entry), ctypes.byref(watch))
     if _native.FORK_FAILED < result <= 0:  # in the test process, entered (or not: result < 0)
-        _PROCESSES[job["mode"]](job, code, status_w, index, input_fd, entered=(result, entry.began, False))
+        _PROCESSES[job["mode"]](job, code, status_w, index, input_fd, entered=(result, entry.began, bool(watch.reseeded)))
         os._exit(1)  # not reached
     if result <= _native.WAIT_FAILED:
         _os_kill(watch.pid, signal.SIGKILL)

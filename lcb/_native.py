@@ -36,7 +36,8 @@ class Watch(ctypes.Structure):
     """struct lcb_watch"""
     _fields_ = [("deadline", ctypes.c_double), ("cpu_limit", ctypes.c_double), ("cpu_poll_s", ctypes.c_double),
                 ("commands_fd", ctypes.c_int), ("pid", ctypes.c_int), ("pidfd", ctypes.c_int),
-                ("forked", ctypes.c_double), ("ended", ctypes.c_double)]
+                ("forked", ctypes.c_double), ("ended", ctypes.c_double),
+                ("mt_state", ctypes.c_void_p), ("mt_index", ctypes.c_void_p), ("reseeded", ctypes.c_int)]
 
 
 class Loop(ctypes.Structure):

@@ -74,6 +74,9 @@ struct lcb_watch {
     int commands_fd;     /* the harness's channel: a hang-up stops the wait, -1 for none */
     int pid, pidfd;
     double forked, ended;
+    uint32_t *mt_state;  /* random's generator to reseed before the fork (lcb_seed_mt), or NULL */
+    int *mt_index;
+    int reseeded;        /* out, in both processes */
 };
 
 enum { LCB_EXITED = 1, LCB_TIMEOUT = 2, LCB_CPU = 3, LCB_STOPPED = 4 };
@@ -187,12 +190,15 @@ static int wait_for(struct lcb_watch *w) {
     }
 }
 
+int lcb_seed_mt(uint32_t *mt, int *index, const uint32_t *key, size_t key_length);
+
 /* fork() for one test. In the test process: runs its entry and returns 0 (or a negative
    LCB_ENTRY_* when a step failed). In the zygote: returns how the wait ended (LCB_EXITED ...),
    or LCB_FORK_FAILED - errno, or LCB_WAIT_FAILED - errno with the test process still running. */
 int lcb_fork_test(struct lcb_entry *entry, struct lcb_watch *watch) {
     watch->pid = -1;
     watch->pidfd = -1;
+    watch->reseeded = watch->mt_state != NULL && lcb_seed_mt(watch->mt_state, watch->mt_index, NULL, 0) == 0;
     pid_t pid = fork();
     if (pid < 0)
         return LCB_FORK_FAILED - errno;
@@ -210,7 +216,7 @@ int lcb_fork_test(struct lcb_entry *entry, struct lcb_watch *watch) {
 /* ------------------------------------------------------------------ random's fresh state */
 
 /* Each test process starts from a fresh state of Python's `random` (what random's at-fork hook
-   does: seed() from 624 words of the system's randomness). Done by the zygote in the loop, just
+   does: seed() from 624 words of the system's randomness). Done by the zygote (lcb_fork_test), just
    before each fork, on the generator's own words: in the test process the same seeding cost
    ~0.09 ms per test (mostly its copied pages). MT19937's init_by_array, as CPython's
    _randommodule.c runs it; lcb/_child.py uses this only after checking, on a scratch generator,
@@ -472,10 +478,12 @@ int lcb_serve_tests(struct lcb_loop *l, struct lcb_entry *entry) {
         entry->stderr_path = l->stderr_files ? stderr_path : NULL;
         struct lcb_watch watch = {.cpu_limit = l->cpu_limit, .cpu_poll_s = l->cpu_poll_s,
                                   .commands_fd = l->commands_fd};
-        l->reseeded = l->mt_state != NULL && lcb_seed_mt(l->mt_state, l->mt_index, NULL, 0) == 0;
         l->began = monotonic();
         watch.deadline = l->began + l->wall_limit;
+        watch.mt_state = l->mt_state;
+        watch.mt_index = l->mt_index;
         int state = lcb_fork_test(entry, &watch);
+        l->reseeded = watch.reseeded;
         if (watch.pid == -1 || (state <= 0 && state > LCB_FORK_FAILED)) {
             if (state <= 0 && state > LCB_FORK_FAILED) {  /* the test process */
                 l->state = state;

@@ -219,3 +219,14 @@ def test_the_loop_reseeds_random_only_where_its_seeding_provably_matches_cpython
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split("\n")[:3] == ["True True 100", "None", "None"]
+
+
+@pytest.mark.parametrize(("native", "timings"), [(True, False), (True, True), (False, False)])
+def test_every_path_starts_each_test_process_from_a_fresh_random_state(native, timings):
+    # the loop, the one-test call (timings) and the Python path each reseed random per test
+    seen = []
+    for _ in range(2):
+        run = run_in_sandbox(SandboxJob("stdin", "print(random.getrandbits(64))\n", (("", "x"),) * 4,
+                                        native=native, timings=timings))
+        seen += [e["got"] for e in run.of_kind("test")]
+    assert len(seen) == 8 and len(set(seen)) == 8, seen
