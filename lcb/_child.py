@@ -840,11 +840,12 @@ def run_test(job: dict, code, index: int, input_fd: int, commands: socket.socket
         report["zygote_stamps"] = [began, forked, ended, time.monotonic()]
         report["zygote_cpu_s"] = time.thread_time() - began_cpu
         report["zygote_faults"], report["faults"] = _faults() - faults, usage.ru_minflt
-    if os.WIFSIGNALED(status):
-        report["signal"] = os.WTERMSIG(status)
-    else:
-        report["exit_code"] = os.WEXITSTATUS(status)
-    return report
+    return report | _ending(status)
+
+
+def _ending(status: int) -> dict[str, int]:
+    """A "ran" report's last field: the signal that ended the test process, or its exit code."""
+    return {"signal": os.WTERMSIG(status)} if os.WIFSIGNALED(status) else {"exit_code": os.WEXITSTATUS(status)}
 
 
 def _native_entry(job: dict, index: int, input_fd: int, status_w: int) -> _native.Entry:
@@ -1141,13 +1142,9 @@ def _serve_tests_natively(job: dict, code, commands: socket.socket, emit: _Emitt
             os._exit(1)  # not reached
         if reason == _native.LOOP_FINISHED:  # it said something, or left a descendant
             kill_all_descendants()
-            report = {"index": loop.index, "state": _native.STATES[loop.state], "wall_s": round(loop.wall_s, 6),
-                      "cpu_s": round(loop.cpu_s, 6), "info": _status_info(ctypes.string_at(loop.said, loop.said_len))}
-            if os.WIFSIGNALED(loop.status):
-                report["signal"] = os.WTERMSIG(loop.status)
-            else:
-                report["exit_code"] = os.WEXITSTATUS(loop.status)
-            emit.ran(report)
+            emit.ran({"index": loop.index, "state": _native.STATES[loop.state], "wall_s": round(loop.wall_s, 6),
+                      "cpu_s": round(loop.cpu_s, 6), "info": _status_info(ctypes.string_at(loop.said, loop.said_len)),
+                      **_ending(loop.status)})
             if loop.last:
                 return
         elif reason == _native.LOOP_COMMAND:

@@ -90,7 +90,7 @@ def current() -> bool:
 
 
 class Helper:
-    """The library's two entry points, typed."""
+    """The library's entry points, typed."""
 
     def __init__(self, library: ctypes.CDLL):
         self.fork_test = library.lcb_fork_test
@@ -115,9 +115,9 @@ class Helper:
         index_at, words_at = 16, 20
         probe = random.Random(0)
         probe.setstate((3, tuple(range(7, 7 + MT_WORDS)) + (MT_WORDS,), None))
-        raw = ctypes.string_at(id(probe), words_at + 4 * MT_WORDS)
-        if (int.from_bytes(raw[index_at:index_at + 4], sys.byteorder) != MT_WORDS
-                or list(memoryview(raw[words_at:]).cast("I")) != list(range(7, 7 + MT_WORDS))):
+        memory = ctypes.string_at(id(probe), words_at + 4 * MT_WORDS)
+        if (int.from_bytes(memory[index_at:index_at + 4], sys.byteorder) != MT_WORDS
+                or list(memoryview(memory[words_at:]).cast("I")) != list(range(7, 7 + MT_WORDS))):
             return None
         key = [int.from_bytes(os.urandom(4), "little") for _ in range(MT_WORDS)]
         key[-1] |= 1 << 31  # all 624 words used (seed(int) drops leading zero words)
@@ -159,9 +159,10 @@ def build() -> str | None:
     if not sys.platform.startswith("linux"):
         return "the helper is Linux-only"
     digest = source_sha256()
-    fd, partial = tempfile.mkstemp(prefix=".liblcbsandbox-", suffix=".so", dir=FOLDER)
-    os.close(fd)
+    partial = ""
     try:
+        fd, partial = tempfile.mkstemp(prefix=".liblcbsandbox-", suffix=".so", dir=FOLDER)  # a read-only install: OSError
+        os.close(fd)
         done = subprocess.run([cc, "-O2", "-shared", "-fPIC", "-Wall", f'-DLCB_SOURCE_SHA256="{digest}"',
                                "-o", partial, SOURCE], capture_output=True, text=True, timeout=120)
         if done.returncode != 0:
@@ -182,15 +183,23 @@ def build() -> str | None:
     return None
 
 
-_ENSURED: list[str | None] = []
+_ENSURED: list[tuple[str | None, str | None]] = []  # (why not, the source hash the library carries)
 
 
 def ensure_built() -> str | None:
     """Once per process: a loadable library, building it where it is missing or stale. None when
     it is there, else why the Python path runs instead."""
     if not _ENSURED:
-        _ENSURED.append(None if current() else build())
-    return _ENSURED[0]
+        problem = None if current() else build()
+        _ENSURED.append((problem, built_from(LIBRARY) if problem is None else None))
+    return _ENSURED[0][0]
+
+
+def checked_sha256() -> str | None:
+    """The source hash of the library ``ensure_built`` checked (or built), None without one: what a
+    fork server is told to expect in the library file before it maps it."""
+    ensure_built()
+    return _ENSURED[0][1]
 
 
 def main() -> int:

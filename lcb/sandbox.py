@@ -140,7 +140,7 @@ def native_helper() -> bool:
 def _native_arguments() -> list[str]:
     """For the fork server's (or a one-shot zygote's) command line: the hash of the helper's
     source it may load the library for (it checks the library carries it), or nothing."""
-    return ["--native", _native.source_sha256()] if native_helper() else []
+    return ["--native", _native.checked_sha256()] if native_helper() else []
 
 
 _MEMORY_FOLDER, _MEMORY_FOLDER_MIN_FREE = "/dev/shm", 1024**3

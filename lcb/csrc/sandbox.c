@@ -484,12 +484,12 @@ int lcb_serve_tests(struct lcb_loop *l, struct lcb_entry *entry) {
         watch.mt_index = l->mt_index;
         int state = lcb_fork_test(entry, &watch);
         l->reseeded = watch.reseeded;
-        if (watch.pid == -1 || (state <= 0 && state > LCB_FORK_FAILED)) {
-            if (state <= 0 && state > LCB_FORK_FAILED) {  /* the test process */
-                l->state = state;
-                l->began = entry->began;
-                return LOOP_CHILD;
-            }
+        if (state <= 0 && state > LCB_FORK_FAILED) {  /* the test process */
+            l->state = state;
+            l->began = entry->began;
+            return LOOP_CHILD;
+        }
+        if (watch.pid == -1) {  /* the fork failed */
             close(l->status_r);
             close(l->status_w);
             close(l->input_fd);
@@ -521,6 +521,10 @@ int lcb_serve_tests(struct lcb_loop *l, struct lcb_entry *entry) {
         l->wall_s = monotonic() - l->began;
         l->cpu_s = (double)usage.ru_utime.tv_sec + (double)usage.ru_utime.tv_usec * 1e-6
                  + (double)usage.ru_stime.tv_sec + (double)usage.ru_stime.tv_usec * 1e-6;
+        if (state == LCB_STOPPED) {  /* the harness needs no more results: nothing to read */
+            close(l->status_r);
+            return LOOP_STOPPED;
+        }
         int flags = fcntl(l->status_r, F_GETFL);
         fcntl(l->status_r, F_SETFL, flags | O_NONBLOCK);
         l->said = said_buffer;
@@ -535,8 +539,6 @@ int lcb_serve_tests(struct lcb_loop *l, struct lcb_entry *entry) {
         }
         close(l->status_r);
         l->status_r = -1;
-        if (state == LCB_STOPPED)
-            return LOOP_STOPPED;
         char info[128] = "{}";
         if ((l->said_len > 0 && functional_info(l->said, l->said_len, info, sizeof(info)) == 0)
             || descendants_left(l))
