@@ -17,7 +17,9 @@ from lcb.errors import LcbError
 from lcb.sandbox import SandboxJob, run_in_sandbox
 
 NO_HELPER = _native.ensure_built()
-needs_helper = pytest.mark.skipif(NO_HELPER is not None, reason=f"the C helper is not built here: {NO_HELPER}")
+if NO_HELPER is None and os.environ.get(sandbox.NATIVE_ENV, "").strip() == "0":
+    NO_HELPER = f"this run has {sandbox.NATIVE_ENV}=0 (the Python path)"
+needs_helper = pytest.mark.skipif(NO_HELPER is not None, reason=f"the C helper is not in use here: {NO_HELPER}")
 
 
 @needs_helper
@@ -46,6 +48,17 @@ def test_a_broken_source_leaves_the_python_path_with_a_one_line_reason(tmp_path,
     assert not (tmp_path / "liblcbsandbox.so").exists()
 
 
+def test_a_folder_it_cannot_write_leaves_the_python_path_with_a_one_line_reason(tmp_path, monkeypatch):
+    # e.g. a read-only installation: building there must not raise into the harness
+    source = (Path(_native.__file__).parent / "csrc" / "sandbox.c").read_text()
+    (tmp_path / "sandbox.c").write_text(source)
+    monkeypatch.setattr(_native, "FOLDER", str(tmp_path / "not-there"))
+    monkeypatch.setattr(_native, "SOURCE", str(tmp_path / "sandbox.c"))
+    monkeypatch.setattr(_native, "LIBRARY", str(tmp_path / "not-there" / "liblcbsandbox.so"))
+    reason = _native.build()
+    assert reason and "\n" not in reason and _native.load() is None
+
+
 def test_the_switch_reads_the_environment_and_refuses_nonsense(monkeypatch):
     monkeypatch.setenv(sandbox.NATIVE_ENV, "0")
     assert sandbox.native_helper() is False
@@ -53,7 +66,7 @@ def test_the_switch_reads_the_environment_and_refuses_nonsense(monkeypatch):
     with pytest.raises(LcbError, match="LCB_SANDBOX_NATIVE"):
         sandbox.native_helper()
     monkeypatch.setenv(sandbox.NATIVE_ENV, "1")
-    assert sandbox.native_helper() is (NO_HELPER is None)
+    assert sandbox.native_helper() is (_native.ensure_built() is None)
 
 
 _DIRECT = textwrap.dedent("""
