@@ -43,6 +43,9 @@ from __future__ import annotations
 
 import os
 
+# The fork server's loader has read it (lcb/sandbox.py, EAGER_BINDING); nothing after it should.
+os.environ.pop("LD_BIND_NOW", None)
+
 # Every at-fork hook registered from here on, by any module the server or a zygote imports: a
 # test process is forked without running them where the only ones are known (_fork_test_process).
 # Nothing the interpreter imports before this line registers one (tests/lcb/test_sandbox.py).

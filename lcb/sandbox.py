@@ -137,6 +137,15 @@ def native_helper() -> bool:
     return raw != "0" and _native.ensure_built() is None
 
 
+# For the fork server alone: its dynamic loader binds every function of the interpreter and the C
+# library at start (about a millisecond, once) instead of at each function's first call. Bound
+# lazily, every zygote and test process resolved again each function the server had never called
+# itself and wrote the address into a page it shared with the server: a copy-on-write fault, and
+# ~1 % of the CPU of grading the shared programs (benchmarks/perf/grading_speed.py). The server
+# removes it from its environment at once (lcb/_child.py), so no program sees it.
+EAGER_BINDING = {"LD_BIND_NOW": "1"}
+
+
 def _native_arguments() -> list[str]:
     """For the fork server's (or a one-shot zygote's) command line: the hash of the helper's
     source it may load the library for (it checks the library carries it), or nothing."""
@@ -337,7 +346,7 @@ class _ForkServer:
             self._proc = subprocess.Popen(
                 [sys.executable, "-s", CHILD_SCRIPT, "--server", str(theirs.fileno())]
                 + ([] if self.pipelined else ["--no-spare"]) + _native_arguments(),
-                pass_fds=[theirs.fileno()], env=scrubbed_env(), cwd="/",
+                pass_fds=[theirs.fileno()], env={**scrubbed_env(), **EAGER_BINDING}, cwd="/",
                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                 start_new_session=True,
             )

@@ -247,6 +247,17 @@ def test_each_running_program_keeps_to_a_cpu_of_its_own():
     assert plan.take() == taken[0]
 
 
+def test_the_fork_server_binds_eagerly_and_no_program_sees_the_loader_setting():
+    # The server is started with EAGER_BINDING (its process environment as exec'd holds it: the
+    # control that there was something to hide); a program's os.environ and getenv lack it.
+    code = ("import ctypes, os\nlibc = ctypes.CDLL(None)\nlibc.getenv.restype = ctypes.c_char_p\n"
+            "print('LD_BIND_NOW' in os.environ, libc.getenv(b'LD_BIND_NOW'))\n")
+    out = run_in_sandbox(SandboxJob("exec", code, (("", ""),), guard=False)).of_kind("exec")[0]
+    assert out["stdout"] == "False None\n", out["stderr"]
+    with open(f"/proc/{sandbox.fork_server_pid()}/environ", "rb") as fh:
+        assert b"LD_BIND_NOW=1\0" in fh.read()
+
+
 def test_a_program_runs_on_the_cpu_it_was_given():
     if len(os.sched_getaffinity(0)) < 2:
         pytest.skip("one CPU: programs are not kept to one")
