@@ -63,6 +63,7 @@ os.register_at_fork = _recorded_register_at_fork
 
 import atexit  # noqa: E402
 import builtins  # noqa: E402
+import collections  # noqa: E402
 import ctypes  # noqa: E402
 import errno  # noqa: E402
 import faulthandler  # noqa: E402
@@ -1370,6 +1371,78 @@ def _announce(pid: int, result_fd: int) -> None:
         pass
 
 
+class _ServerLoop:
+    """The fork server's loop in the C helper (lcb/csrc/sandbox.c, lcb_serve_zygotes): it forks
+    the zygote of each plain job itself, without Python running between two forks (the server's
+    Python wrote ~215 pages per program, each a copy while zygotes share them). The records stay
+    Python's: the zygotes, the network namespaces and the filled modules are copied into the
+    helper's struct before each call and read back after it; whatever it does not handle comes
+    back here with the message (serve() handles it exactly as before)."""
+
+    def __init__(self, sock: socket.socket, namespaces: _isolate.ZygoteNamespaces):
+        state = self.state = _native.Server()
+        state.sock = sock.fileno()
+        state.euid_root = int(os.geteuid() == 0)
+        state.own_pid_ns = getattr(namespaces, "_own_pid", -1)
+        state.own_net_ns = getattr(namespaces, "_own_net", -1)
+
+    @staticmethod
+    def fits(zygotes: dict[int, str], namespaces: _isolate.ZygoteNamespaces) -> bool:
+        """Whether the records fit the helper's tables (else Python serves this round)."""
+        return (len(zygotes) < _native.MAX_ZYGOTES and len(namespaces.free) <= _native.MAX_NETNS
+                and all(len(folder.encode()) < _native.FOLDER_MAX for folder in zygotes.values()))
+
+    def serve(self, zygotes: dict[int, str], namespaces: _isolate.ZygoteNamespaces, pipelined: bool, cpus: int) -> int:
+        state = self.state
+        state.pipelined, state.cpus = int(pipelined), cpus
+        state.pool_left = len(_pool_ready)
+        state.ns_usable = int(namespaces.usable)
+        state.n_free = len(namespaces.free)
+        for i, net in enumerate(namespaces.free):
+            state.free_ns[i] = net
+        state.n_zygotes = len(zygotes)
+        for i, (pid, folder) in enumerate(zygotes.items()):
+            state.zygote_pid[i] = pid
+            state.zygote_net[i] = namespaces.busy.get(pid, -1)
+            state.zygote_folder[i].value = folder.encode()
+        checked = next(reversed(_REACHABLE), "") if state.euid_root else ""
+        state.checked_parent = checked.encode() if len(checked.encode()) < _native.FOLDER_MAX else b""
+        reason = _NATIVE.serve_zygotes(ctypes.byref(state))
+        if reason == _native.SERVER_CHILD:
+            return reason  # the zygote: the records are the server's business
+        for _ in range(state.pool_used):
+            _pool_spent.append(_pool_ready.pop())
+        namespaces.usable = bool(state.ns_usable)
+        namespaces.free = collections.deque(state.free_ns[:state.n_free])
+        zygotes.clear()
+        namespaces.busy.clear()
+        for i in range(state.n_zygotes):
+            pid = state.zygote_pid[i]
+            zygotes[pid] = state.zygote_folder[i].value.decode()
+            if state.zygote_net[i] >= 0:
+                namespaces.busy[pid] = state.zygote_net[i]
+        return reason
+
+    def message(self) -> tuple[bytes, list[int]]:
+        state = self.state
+        return _native.raw(state, "message", state.message_len), list(state.fds[:state.n_fds])
+
+    def become_zygote(self, sock: socket.socket) -> None:
+        """In the zygote the helper forked: what _fork_zygote's child does in Python, then the job."""
+        state = self.state
+        try:
+            sock.detach()  # the helper closed it: this object must not close the number again
+            _FILLED.append(_pool_ready[-1 - state.pool_used])
+            if state.child_net >= 0:
+                _FROM_SERVER.append((["netns"] if state.child_net_joined else [])
+                                    + (["ipcns"] if state.child_ipc else []) + ["pidns"])
+            job = (_native.raw(state, "message", state.message_len).partition(b"\0")[0].decode(),
+                   state.fds[0], state.fds[1])
+        except BaseException:
+            os._exit(0)
+        _zygote_main(*job)
+
+
 SPARES_QUERY = b"?spare"  # the harness asks which pid is an idle spare (tests: live_sandbox_processes)
 
 
@@ -1404,62 +1477,81 @@ def serve(sock_fd: int, pipelined: bool = True) -> None:
         cpus = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         cpus = 1
+    loop = _ServerLoop(sock, namespaces) if _NATIVE is not None and _RAW_FORK_PYTHON and _only_known_at_fork_hooks() \
+        else None
     while True:
         # A spare only while a CPU runs none of our programs: measured on 2 cores, with one
         # worker it saved 3-9 % of the wall time (its fork and set-up overlap the last program's
         # tests on the idle core); with as many programs as cores at once it cost 4-5 % wall
         # and CPU (its fork takes a core from a running program, and it starts its job with
         # caches gone cold), so there each zygote is forked for its job, as before.
+        spare_failed = False
         if pipelined and spare is None and sum(1 for folder in zygotes.values() if folder) < cpus:
             make_spare()  # while the last program's tests run, not when the next program comes
-        ready, _, _ = select.select([sock], [], [], 1.0)
-        if ready:
+            spare_failed = spare is None
+        if loop is not None and spare is None and loop.fits(zygotes, namespaces):
+            # The C helper's loop: it forks the zygotes of plain jobs itself and returns with
+            # whatever is left to do here (a message it leaves to us, a spare wanted)
+            reason = loop.serve(zygotes, namespaces, pipelined and not spare_failed, cpus)
+            if reason == _native.SERVER_CHILD:
+                loop.become_zygote(sock)  # never returns
+            if reason == _native.SERVER_SPARE:
+                continue
+            if reason <= _native.SERVER_FAILED:  # a failed fork, as _fork_zygote raises it
+                number = _native.SERVER_FAILED - reason
+                raise OSError(number, os.strerror(number))
+            message, fds = loop.message()
+        else:
+            ready, _, _ = select.select([sock], [], [], 1.0)
+            if not ready:
+                _reap(zygotes, namespaces)
+                continue
             try:
                 message, fds, _flags, _addr = socket.recv_fds(sock, 65536, 2)
             except OSError:
                 message, fds = b"", []
-            if not message:
-                break  # the harness closed its end (or died): shut down
-            if message.startswith(SPARES_QUERY) and not fds:
-                _reap(zygotes, namespaces)
-                idle = spare.pid if spare is not None and spare.pid in zygotes else ""
-                try:
-                    sock.send(message + f" {idle}".encode())
-                except OSError:
-                    pass
-                continue
-            if len(fds) != 2:
-                for fd in fds:
-                    os.close(fd)
-                continue
-            job_path, _, wants = message.decode().partition("\n")
-            wants, _, cpu = wants.partition("\n")
-            _reap(zygotes, namespaces)  # first: a network namespace may have come free
-            if spare is not None and spare.pid not in zygotes:
-                drop_spare()  # it died idle (reaped above)
-            if os.geteuid() == 0:  # the answer for the jobs' parent folder, inherited by later zygotes
-                _unprivileged_can_run(os.path.dirname(job_path))
-            pid = None
-            if spare is not None and spare.fits(wants == "namespaces"):
-                taken = spare
-                spare = None
-                _pin(taken.pid, cpu)
-                try:
-                    socket.send_fds(taken.channel, [job_path.encode()], fds)
-                    pid = taken.pid
-                    _announce(pid, fds[0])
-                except OSError:
-                    pass  # it died meanwhile: a zygote forked for the job below
-                taken.channel.close()  # one job per spare, never a second
-            if pid is None:
-                others = [spare.channel] if spare is not None else []
-                pid, _net, _channel = _fork_zygote(sock, namespaces, wants == "namespaces", others,
-                                                   (job_path, fds[0], fds[1]))
-                _pin(pid, cpu)
+        if not message:
+            break  # the harness closed its end (or died): shut down
+        if message.startswith(SPARES_QUERY) and not fds:
+            _reap(zygotes, namespaces)
+            idle = spare.pid if spare is not None and spare.pid in zygotes else ""
+            try:
+                sock.send(message + f" {idle}".encode())
+            except OSError:
+                pass
+            continue
+        if len(fds) != 2:
+            for fd in fds:
+                os.close(fd)
+            continue
+        job_path, _, wants = message.decode().partition("\n")
+        wants, _, cpu = wants.partition("\n")
+        _reap(zygotes, namespaces)  # first: a network namespace may have come free
+        if spare is not None and spare.pid not in zygotes:
+            drop_spare()  # it died idle (reaped above)
+        if os.geteuid() == 0:  # the answer for the jobs' parent folder, inherited by later zygotes
+            _unprivileged_can_run(os.path.dirname(job_path))
+        pid = None
+        if spare is not None and spare.fits(wants == "namespaces"):
+            taken = spare
+            spare = None
+            _pin(taken.pid, cpu)
+            try:
+                socket.send_fds(taken.channel, [job_path.encode()], fds)
+                pid = taken.pid
                 _announce(pid, fds[0])
-            os.close(fds[0])
-            os.close(fds[1])
-            zygotes[pid] = os.path.dirname(job_path)
+            except OSError:
+                pass  # it died meanwhile: a zygote forked for the job below
+            taken.channel.close()  # one job per spare, never a second
+        if pid is None:
+            others = [spare.channel] if spare is not None else []
+            pid, _net, _channel = _fork_zygote(sock, namespaces, wants == "namespaces", others,
+                                               (job_path, fds[0], fds[1]))
+            _pin(pid, cpu)
+            _announce(pid, fds[0])
+        os.close(fds[0])
+        os.close(fds[1])
+        zygotes[pid] = os.path.dirname(job_path)
         _reap(zygotes, namespaces)
     drop_spare()
     for pid in zygotes:

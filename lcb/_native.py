@@ -53,6 +53,27 @@ class Loop(ctypes.Structure):
                 ("n_fds", ctypes.c_int), ("said", ctypes.c_void_p), ("said_len", ctypes.c_int)]
 
 
+MAX_ZYGOTES, MAX_NETNS, FOLDER_MAX, JOB_MESSAGE_MAX = 128, 128, 512, 65536  # LCB_MAX_ZYGOTES ...
+
+
+class Server(ctypes.Structure):
+    """struct lcb_server"""
+    _fields_ = [("sock", ctypes.c_int), ("euid_root", ctypes.c_int), ("pipelined", ctypes.c_int),
+                ("cpus", ctypes.c_int), ("pool_left", ctypes.c_int), ("pool_used", ctypes.c_int),
+                ("ns_usable", ctypes.c_int), ("own_pid_ns", ctypes.c_int), ("own_net_ns", ctypes.c_int),
+                ("n_free", ctypes.c_int), ("free_ns", ctypes.c_int * MAX_NETNS), ("n_zygotes", ctypes.c_int),
+                ("zygote_pid", ctypes.c_int * MAX_ZYGOTES), ("zygote_net", ctypes.c_int * MAX_ZYGOTES),
+                ("zygote_folder", (ctypes.c_char * FOLDER_MAX) * MAX_ZYGOTES),
+                ("checked_parent", ctypes.c_char * FOLDER_MAX), ("message_len", ctypes.c_int),
+                ("n_fds", ctypes.c_int), ("fds", ctypes.c_int * 2), ("child_net", ctypes.c_int),
+                ("child_net_joined", ctypes.c_int), ("child_ipc", ctypes.c_int),
+                ("message", ctypes.c_char * (JOB_MESSAGE_MAX + 1))]
+
+
+SERVER_CHILD, SERVER_MESSAGE, SERVER_SPARE = range(1, 4)
+SERVER_FAILED = -3000
+
+
 def raw(record: ctypes.Structure, field: str, size: int) -> bytes:
     """The first ``size`` bytes of a char-array field, NULs included (reading the field stops at one)."""
     return ctypes.string_at(ctypes.addressof(record) + getattr(type(record), field).offset, size)
@@ -99,6 +120,9 @@ class Helper:
         self.serve_tests = library.lcb_serve_tests
         self.serve_tests.restype = ctypes.c_int
         self.serve_tests.argtypes = [ctypes.POINTER(Loop), ctypes.POINTER(Entry)]
+        self.serve_zygotes = library.lcb_serve_zygotes
+        self.serve_zygotes.restype = ctypes.c_int
+        self.serve_zygotes.argtypes = [ctypes.POINTER(Server)]
         self.seed_mt = library.lcb_seed_mt
         self.seed_mt.restype = ctypes.c_int
         self.seed_mt.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_uint32), ctypes.c_size_t]

@@ -14,18 +14,21 @@ library the Python path runs instead (tests/lcb/test_native_helper.py compares t
 
 Exported: lcb_fork_test(entry, watch) (one test), lcb_serve_tests(loop, entry) (the zygote's
 loop over its tests, for the many that end plainly), lcb_seed_mt (random's fresh state for each
-test process), and lcb_source_sha256: the hash of this
+test process), lcb_serve_zygotes(server) (the fork server's loop over the jobs it forks a zygote
+for directly; see that section), and lcb_source_sha256: the hash of this
 file as built, which the harness reads from the library file before it lets a job use it. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
 #include <sys/syscall.h>
@@ -554,5 +557,306 @@ int lcb_serve_tests(struct lcb_loop *l, struct lcb_entry *entry) {
             return LOOP_GONE;
         if (l->last)
             return LOOP_LAST;
+    }
+}
+
+
+/* ------------------------------------------------------------------ the fork server's loop
+
+The fork server forks a zygote per program. After each fork the server shares its pages with the
+new zygote, so every page its Python loop then writes (receive the job, parse it, reap, take a
+network namespace, fork, pin, announce, close) is a copy: ~215 pages per program, about a
+millisecond of CPU. This is the twin of that loop's common path (serve and _fork_zygote in
+lcb/_child.py): a job for a zygote of its own, while no spare zygote waits. Whatever else comes
+(a query, a message it does not parse, the first job below a parent folder the server has not
+checked, a job when the filled modules are used up, a spare wanted) goes back to Python with the
+message, which handles it as before. The zygotes and the network namespaces are Python's records,
+copied into this struct before each call and read back after it (lcb/_child.py, _ServerLoop). */
+
+#define LCB_MAX_ZYGOTES 128
+#define LCB_MAX_NETNS 128
+#define LCB_FOLDER_MAX 512
+#define LCB_JOB_MESSAGE_MAX 65536
+
+struct lcb_server {
+    int sock;                 /* the harness's channel */
+    int euid_root;            /* as root, a job's parent folder must be one Python checked */
+    int pipelined, cpus;      /* a spare is wanted while fewer programs than CPUs run */
+    int pool_left;            /* filled modules left for forks made here */
+    int pool_used;            /* out: forks made here (in a zygote: its module's index) */
+    int ns_usable;            /* in/out: PID and network namespaces prepared here (root) */
+    int own_pid_ns, own_net_ns;
+    int n_free;               /* network namespaces no live program uses, oldest first */
+    int free_ns[LCB_MAX_NETNS];
+    int n_zygotes;
+    int zygote_pid[LCB_MAX_ZYGOTES];
+    int zygote_net[LCB_MAX_ZYGOTES];          /* -1: none */
+    char zygote_folder[LCB_MAX_ZYGOTES][LCB_FOLDER_MAX]; /* "" for a spare */
+    char checked_parent[LCB_FOLDER_MAX];
+    /* out */
+    int message_len;
+    int n_fds;
+    int fds[2];
+    int child_net, child_net_joined, child_ipc; /* in a zygote forked here */
+    char message[LCB_JOB_MESSAGE_MAX + 1];
+};
+
+enum { SERVER_CHILD = 1, SERVER_MESSAGE = 2, SERVER_SPARE = 3 };
+#define SERVER_FAILED (-3000) /* minus errno */
+
+static int running_programs(const struct lcb_server *s) {
+    int n = 0;
+    for (int i = 0; i < s->n_zygotes; i++)
+        n += s->zygote_folder[i][0] != 0;
+    return n;
+}
+
+static int zygote_slot(const struct lcb_server *s, int pid) {
+    for (int i = 0; i < s->n_zygotes; i++)
+        if (s->zygote_pid[i] == pid)
+            return i;
+    return -1;
+}
+
+/* _reap: reap the zygotes that ended (their network namespaces go back to the pool); once one
+   was, kill every child that is not a zygote (orphans of a dead zygote's tests). */
+static void reap_zygotes(struct lcb_server *s) {
+    int reaped = 0, status;
+    for (;;) {
+        pid_t pid = waitpid(-1, &status, WNOHANG);
+        if (pid < 0 && errno == EINTR)
+            continue;
+        if (pid < 0 && errno == ECHILD)
+            return;
+        if (pid <= 0)
+            break;
+        reaped = 1;
+        int i = zygote_slot(s, pid);
+        if (i < 0)
+            continue;
+        if (s->zygote_net[i] >= 0 && s->n_free < LCB_MAX_NETNS)
+            s->free_ns[s->n_free++] = s->zygote_net[i];
+        s->n_zygotes--;
+        s->zygote_pid[i] = s->zygote_pid[s->n_zygotes];
+        s->zygote_net[i] = s->zygote_net[s->n_zygotes];
+        memcpy(s->zygote_folder[i], s->zygote_folder[s->n_zygotes], LCB_FOLDER_MAX);
+    }
+    if (!reaped)
+        return;
+    char path[64], list[4096];
+    snprintf(path, sizeof(path), "/proc/%d/task/%d/children", (int)getpid(), (int)getpid());
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return;
+    ssize_t got = read(fd, list, sizeof(list) - 1);
+    close(fd);
+    if (got <= 0)
+        return;
+    list[got] = 0;
+    for (char *p = list; *p;) {
+        char *end;
+        long pid = strtol(p, &end, 10);
+        if (end == p)
+            break;
+        if (zygote_slot(s, (int)pid) < 0)
+            kill((pid_t)pid, SIGKILL);
+        p = end;
+        while (*p == ' ' || *p == '\n')
+            p++;
+    }
+}
+
+static int receive_job(struct lcb_server *s) {
+    struct iovec part = {.iov_base = s->message, .iov_len = LCB_JOB_MESSAGE_MAX};
+    union { char space[CMSG_SPACE(2 * sizeof(int))]; struct cmsghdr align; } control;
+    /* room for two descriptors, as socket.recv_fds(sock, 65536, 2): the kernel drops any more */
+    struct msghdr header = {.msg_iov = &part, .msg_iovlen = 1, .msg_control = control.space,
+                            .msg_controllen = CMSG_LEN(2 * sizeof(int))};
+    ssize_t got;
+    do
+        got = recvmsg(s->sock, &header, 0);
+    while (got < 0 && errno == EINTR);
+    s->n_fds = 0;
+    if (got < 0)
+        got = 0;  /* Python reads a failed receive as an empty message: shut down */
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(&header); got > 0 && c != NULL; c = CMSG_NXTHDR(&header, c)) {
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+            continue;
+        size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+        for (size_t i = 0; i < count && s->n_fds < 2; i++)
+            memcpy(&s->fds[s->n_fds++], CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+    }
+    s->message_len = (int)got;
+    s->message[got] = 0;
+    return (int)got;
+}
+
+/* "PATH\nnamespaces|-\n-|CPU" with an absolute, plain PATH (no "//", no NUL, ASCII): 1 with
+   its parts, else 0 (Python decides). */
+static int parse_job(struct lcb_server *s, char **path, int *namespaces, int *cpu) {
+    if (s->n_fds != 2 || (size_t)s->message_len != strlen(s->message))
+        return 0;
+    for (int i = 0; i < s->message_len; i++)
+        if ((unsigned char)s->message[i] >= 0x80)
+            return 0;
+    char *first = strchr(s->message, '\n');
+    char *second = first ? strchr(first + 1, '\n') : NULL;
+    if (first == NULL || second == NULL || strchr(second + 1, '\n') != NULL)
+        return 0;
+    size_t path_len = (size_t)(first - s->message);
+    if (path_len < 2 || path_len >= LCB_FOLDER_MAX || s->message[0] != '/' || s->message[path_len - 1] == '/')
+        return 0;
+    for (size_t i = 1; i < path_len; i++)
+        if (s->message[i] == '/' && s->message[i - 1] == '/')
+            return 0;
+    if (second - first - 1 == 10 && strncmp(first + 1, "namespaces", 10) == 0)
+        *namespaces = 1;
+    else if (second - first - 1 == 1 && first[1] == '-')
+        *namespaces = 0;
+    else
+        return 0;
+    const char *c = second + 1;
+    if (strcmp(c, "-") == 0) {
+        *cpu = -1;
+    } else {
+        int value = 0, digits = 0;
+        for (; *c >= '0' && *c <= '9'; c++, digits++)
+            value = value * 10 + (*c - '0');
+        if (*c != 0 || digits == 0 || digits > 4 || value >= CPU_SETSIZE)
+            return 0;
+        *cpu = value;
+    }
+    *path = s->message;
+    return 1;
+}
+
+/* os.path.dirname of a plain absolute path (see parse_job), into out */
+static void folder_of(const char *path, size_t len, char *out) {
+    size_t cut = len;
+    while (cut > 0 && path[cut - 1] != '/')
+        cut--;
+    cut = cut > 1 ? cut - 1 : cut;  /* "/a/b" -> "/a", "/a" -> "/" */
+    memcpy(out, path, cut);
+    out[cut] = 0;
+}
+
+/* ZygoteNamespaces.before_fork: the next zygote's network namespace (from the pool, or a new
+   one), with a PID namespace prepared; -1 with nothing prepared; SERVER_FAILED-style below -1
+   where we could not return to our own network namespace (Python raises, as it did). */
+static int namespaces_before_fork(struct lcb_server *s) {
+    if (!s->ns_usable)
+        return -1;
+    int net;
+    if (s->n_free > 0) {
+        net = s->free_ns[0];
+        memmove(s->free_ns, s->free_ns + 1, (size_t)(--s->n_free) * sizeof(int));
+    } else {
+        if (unshare(CLONE_NEWNET) != 0) {
+            s->ns_usable = 0;
+            return -1;
+        }
+        net = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
+        if (setns(s->own_net_ns, CLONE_NEWNET) != 0) {
+            if (net >= 0)
+                close(net);
+            return SERVER_FAILED - (errno ? errno : EPERM);
+        }
+        if (net < 0) {
+            s->ns_usable = 0;
+            return -1;
+        }
+    }
+    if (unshare(CLONE_NEWPID) != 0) {
+        if (s->n_free < LCB_MAX_NETNS)
+            s->free_ns[s->n_free++] = net;
+        s->ns_usable = 0;
+        return -1;
+    }
+    return net;
+}
+
+int lcb_serve_zygotes(struct lcb_server *s) {
+    s->pool_used = 0;
+    for (;;) {
+        if (s->pipelined && running_programs(s) < s->cpus)
+            return SERVER_SPARE;  /* (only called while no spare waits) */
+        struct pollfd ready = {.fd = s->sock, .events = POLLIN};
+        int n = poll(&ready, 1, 1000);
+        if (n < 0 && errno != EINTR)
+            return SERVER_FAILED - errno;
+        if (n <= 0) {
+            reap_zygotes(s);
+            continue;
+        }
+        char *path;
+        int namespaces, cpu;
+        if (receive_job(s) == 0 || !parse_job(s, &path, &namespaces, &cpu))
+            return SERVER_MESSAGE;
+        size_t path_len = (size_t)(strchr(path, '\n') - path);
+        char folder[LCB_FOLDER_MAX], parent[LCB_FOLDER_MAX];
+        folder_of(path, path_len, folder);
+        folder_of(folder, strlen(folder), parent);
+        if (s->pool_left <= 0 || s->n_zygotes >= LCB_MAX_ZYGOTES
+            || (s->euid_root && strcmp(parent, s->checked_parent) != 0))
+            return SERVER_MESSAGE;
+        reap_zygotes(s);  /* first: a network namespace may have come free */
+        int net = namespaces ? namespaces_before_fork(s) : -1;
+        if (net < -1)
+            return net;
+        pid_t pid = fork();
+        if (pid < 0) {
+            int error = errno;
+            if (net >= 0) {
+                if (setns(s->own_pid_ns, CLONE_NEWPID) != 0)
+                    s->ns_usable = 0;
+                if (s->n_free < LCB_MAX_NETNS)
+                    s->free_ns[s->n_free++] = net;
+            }
+            return SERVER_FAILED - error;
+        }
+        if (pid == 0) {  /* the zygote: what _fork_zygote's child does before Python goes on */
+            close(s->sock);
+            if (setsid() < 0)
+                _exit(0);
+            prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+            s->child_net = net;
+            if (net >= 0) {  /* ZygoteNamespaces.in_zygote */
+                s->child_net_joined = setns(net, CLONE_NEWNET) == 0;
+                close(s->own_pid_ns);
+                close(s->own_net_ns);
+                for (int i = 0; i < s->n_free; i++)
+                    close(s->free_ns[i]);
+                for (int i = 0; i < s->n_zygotes; i++)
+                    if (s->zygote_net[i] >= 0)
+                        close(s->zygote_net[i]);
+                close(net);
+                s->child_ipc = unshare(CLONE_NEWIPC) == 0;
+            }
+            path[path_len] = 0;  /* the job file's path, for Python */
+            return SERVER_CHILD;
+        }
+        if (net >= 0 && setns(s->own_pid_ns, CLONE_NEWPID) != 0)
+            s->ns_usable = 0;
+        s->zygote_pid[s->n_zygotes] = pid;
+        s->zygote_net[s->n_zygotes] = net;
+        memcpy(s->zygote_folder[s->n_zygotes], folder, strlen(folder) + 1);
+        s->n_zygotes++;
+        s->pool_used++;
+        s->pool_left--;
+        if (cpu >= 0) {  /* _pin: it starts on its CPU */
+            cpu_set_t set;
+            CPU_ZERO(&set);
+            CPU_SET(cpu, &set);
+            sched_setaffinity(pid, sizeof(set), &set);
+        }
+        char started[64];  /* _announce: the same line as json.dumps makes */
+        int size = snprintf(started, sizeof(started), "{\"event\": \"started\", \"pid\": %d}\n", (int)pid);
+        if (write(s->fds[0], started, (size_t)size) < 0) {
+            /* as _announce: the harness learns of the zygote otherwise */
+        }
+        close(s->fds[0]);
+        close(s->fds[1]);
+        s->n_fds = 0;
+        reap_zygotes(s);
     }
 }
