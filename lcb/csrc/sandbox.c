@@ -643,16 +643,28 @@ static void reap_zygotes(struct lcb_server *s) {
     }
     if (!reaped)
         return;
-    char path[64], list[4096];
+    static char list[65536];  /* (static: the server's stack stays small, its pages few) */
+    char path[64];
     snprintf(path, sizeof(path), "/proc/%d/task/%d/children", (int)getpid(), (int)getpid());
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return;
-    ssize_t got = read(fd, list, sizeof(list) - 1);
+    size_t size = 0;
+    for (;;) {
+        ssize_t got = read(fd, list + size, sizeof(list) - 1 - size);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got <= 0)
+            break;
+        size += (size_t)got;
+        if (size == sizeof(list) - 1) {  /* full: a number cut at the end is no pid of ours */
+            while (size > 0 && list[size - 1] != ' ' && list[size - 1] != '\n')
+                size--;
+            break;
+        }
+    }
     close(fd);
-    if (got <= 0)
-        return;
-    list[got] = 0;
+    list[size] = 0;
     for (char *p = list; *p;) {
         char *end;
         long pid = strtol(p, &end, 10);
