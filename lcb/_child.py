@@ -196,10 +196,17 @@ def _only_known_at_fork_hooks() -> bool:
     return all(hook in known for hook in _AT_FORK_HOOKS)
 
 
+def _raw_fork_is_safe() -> bool:
+    """Whether a fork may skip CPython's after-fork work (the C library's fork, or the C helper's):
+    on the CPython whose internals we checked, and while every at-fork hook is one we know has
+    nothing to redo in our children (a test process or a zygote reseeds random where it needs it)."""
+    return _RAW_FORK_PYTHON and _only_known_at_fork_hooks()
+
+
 def _fork_test_process() -> tuple[int, bool]:
     """fork() for a test process (see above): (pid, whether the C library's). Like os.fork(),
     raises OSError where it fails."""
-    if not (_RAW_FORK_PYTHON and _only_known_at_fork_hooks()):
+    if not _raw_fork_is_safe():
         return _os_fork(), False
     pid = _libc_fork()
     if pid < 0:
@@ -1097,8 +1104,8 @@ def run_job(job: dict, commands_fd: int, emit: _Emitter, layers: list[str], cloc
         reliability_guard(folder, block=False)
     job["module"] = program_module(job)
     # The C helper forks as raw a fork as _fork_test_process does: only where that one would.
-    job["native"] = bool(job["native"] and _NATIVE is not None and _RAW_FORK_PYTHON
-                         and _only_known_at_fork_hooks() and len(job["test_rlimits"]) <= _native.MAX_RLIMITS)
+    job["native"] = bool(job["native"] and _NATIVE is not None and _raw_fork_is_safe()
+                         and len(job["test_rlimits"]) <= _native.MAX_RLIMITS)
     gc.freeze()  # test processes inherit these objects; a collection there must not touch (copy) them
     clock.lap("module")
     emit("ready", wrapped=wrapped, native=job["native"], **({"setup_s": clock.laps, "setup_cpu_s": clock.cpu_laps, "setup_faults": clock.fault_laps,
@@ -1436,8 +1443,8 @@ class _ServerLoop:
             if state.child_net >= 0:
                 _FROM_SERVER.append((["netns"] if state.child_net_joined else [])
                                     + (["ipcns"] if state.child_ipc else []) + ["pidns"])
-            job = (_native.raw(state, "message", state.message_len).partition(b"\0")[0].decode(),
-                   state.fds[0], state.fds[1])
+            job_path = _native.raw(state, "message", state.message_len).decode().partition("\n")[0]
+            job = (job_path, state.fds[0], state.fds[1])
         except BaseException:
             os._exit(0)
         _zygote_main(*job)
@@ -1477,8 +1484,7 @@ def serve(sock_fd: int, pipelined: bool = True) -> None:
         cpus = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):
         cpus = 1
-    loop = _ServerLoop(sock, namespaces) if _NATIVE is not None and _RAW_FORK_PYTHON and _only_known_at_fork_hooks() \
-        else None
+    loop = _ServerLoop(sock, namespaces) if _NATIVE is not None and _raw_fork_is_safe() else None
     while True:
         # A spare only while a CPU runs none of our programs: measured on 2 cores, with one
         # worker it saved 3-9 % of the wall time (its fork and set-up overlap the last program's

@@ -844,7 +844,6 @@ int lcb_serve_zygotes(struct lcb_server *s) {
                 close(net);
                 s->child_ipc = unshare(CLONE_NEWIPC) == 0;
             }
-            path[path_len] = 0;  /* the job file's path, for Python */
             return SERVER_CHILD;
         }
         if (net >= 0 && setns(s->own_pid_ns, CLONE_NEWPID) != 0)

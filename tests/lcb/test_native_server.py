@@ -38,7 +38,7 @@ _DIRECT = textwrap.dedent("""
                 os.close(fd)  # as the harness: the copies sent are the loop's
         reason = helper.serve_zygotes(ctypes.byref(state))
         if reason == _native.SERVER_CHILD:  # a zygote: say what it got, then leave
-            path = _native.raw(state, "message", state.message_len).partition(b"\\0")[0].decode()
+            path = _native.raw(state, "message", state.message_len).decode().partition("\\n")[0]
             os.write(state.fds[0], f"zygote {{path}} {{state.pool_used}} {{sorted(os.sched_getaffinity(0))}} "
                                    f"{{os.getsid(0) == os.getpid()}} {{os.read(state.fds[1], 10).decode()}}\\n".encode())
             os._exit(0)
