@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-KERNELS = ("views", "forward", "backward", "train_chunk", "predict_kernel")
+KERNELS = ("views", "forward", "backward", "adam_step", "train_chunk", "predict_kernel")
 
 
 def compiled() -> dict[str, Any]:
@@ -341,6 +341,29 @@ def backward(flat, grad, y, mu, keep, dims, distinct, inverse, src, dst, in_ptr,
     return float(np.float32(np.float32(loss) / np.float32(g)))
 
 
+def adam_step(flat, grad, m, v, wd, one_minus_b1, b2, one_minus_b2, eps, step, root2):
+    """One Adam step over the flat weights, torch's formula: L2 weight decay added to the
+    gradient, lerp for the first moment, ``step`` and ``root2`` the bias-corrected rate and
+    sqrt(1 - beta2^t)."""
+    zero = np.float32(0.0)
+    tiny_g = np.float32(2.0 ** -50)
+    safe_v = np.float32(2.0 ** -85)
+    for i in range(flat.shape[0]):
+        gi = grad[i] + wd * flat[i]
+        mi = m[i] + one_minus_b1 * (gi - m[i])
+        vb = v[i] * b2
+        # Dead units leave many gradients at ~1e-20, whose square is subnormal: every
+        # vector holding one took a microcode assist (~10x slower Adam). Where |gi| <
+        # 2^-50 and vb >= 2^-85, (1 - beta2) gi^2 < 2^-109 is below half an ulp of vb, so
+        # vb + it rounds to vb: squaring 0 instead gives the same bits without the
+        # subnormal. Other cases (vb tiny, NaN) compute as written.
+        gs = zero if (gi < tiny_g and gi > -tiny_g and vb >= safe_v) else gi
+        vi = vb + one_minus_b2 * (gs * gs)
+        m[i] = mi
+        v[i] = vi
+        flat[i] -= step * (mi / (np.sqrt(vi) / root2 + eps))
+
+
 def train_chunk(flat, grad, m, v, best, state, losses, hyper, u, keep, dims, distinct, inverse, src,
                 dst, in_ptr, in_edges, self_only, y, A1, DR1, D1, DD1, HN, DHN, XT, DXT, OUTT, DOUTT, ALPHA,
                 MA, DALPHA, TG, VEC, POOLT, DPOOLT, A3, DA3, ONES, P):
@@ -356,10 +379,6 @@ def train_chunk(flat, grad, m, v, best, state, losses, hyper, u, keep, dims, dis
     one_minus_b1 = np.float32(1.0 - beta1)
     b2 = np.float32(beta2)
     one_minus_b2 = np.float32(1.0 - beta2)
-    zero = np.float32(0.0)
-    tiny_g = np.float32(2.0 ** -50)
-    safe_v = np.float32(2.0 ** -85)
-    n = flat.shape[0]
     for row in range(u.shape[0]):
         if state[5] >= max_epochs or state[6] != 0:
             break
@@ -376,20 +395,7 @@ def train_chunk(flat, grad, m, v, best, state, losses, hyper, u, keep, dims, dis
         lr = state[0]
         step = np.float32(lr / (1.0 - beta1 ** epoch))
         root2 = np.float32(math.sqrt(1.0 - beta2 ** epoch))
-        for i in range(n):
-            gi = grad[i] + wd * flat[i]
-            mi = m[i] + one_minus_b1 * (gi - m[i])
-            vb = v[i] * b2
-            # Dead units leave many gradients at ~1e-20, whose square is subnormal: every
-            # vector holding one took a microcode assist (~10x slower Adam). Where |gi| <
-            # 2^-50 and vb >= 2^-85, (1 - beta2) gi^2 < 2^-109 is below half an ulp of vb, so
-            # vb + it rounds to vb: squaring 0 instead gives the same bits without the
-            # subnormal. Other cases (vb tiny, NaN) compute as written.
-            gs = zero if (gi < tiny_g and gi > -tiny_g and vb >= safe_v) else gi
-            vi = vb + one_minus_b2 * (gs * gs)
-            m[i] = mi
-            v[i] = vi
-            flat[i] -= step * (mi / (np.sqrt(vi) / root2 + eps))
+        adam_step(flat, grad, m, v, wd, one_minus_b1, b2, one_minus_b2, eps, step, root2)
         # ReduceLROnPlateau on the training loss (relative threshold, no cooldown).
         if loss < state[1] * (1.0 - threshold):
             state[1] = loss
